@@ -1,0 +1,3 @@
+"""Stepwise: a serving pipeline for reasoning language models."""
+
+__version__ = "0.1.0"

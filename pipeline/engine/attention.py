@@ -1,0 +1,137 @@
+"""Attention over the paged KV cache (torch reference path; Triton kernels dispatch here later).
+
+A batch is flattened into T tokens: first the decode sequences (one query token each), then the
+prefill chunks (several query tokens each). Decode attention is batched over padded block
+tables; prefill chunks attend one sequence at a time, to their cached context plus themselves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass(slots=True)
+class PrefillChunk:
+    start: int  # offset of the chunk's first token in the flat batch
+    num_tokens: int  # query tokens in this chunk
+    context_len: int  # tokens of this sequence already in the cache before the chunk
+    block_table: torch.Tensor  # [num_blocks] long
+
+
+@dataclass(slots=True)
+class AttentionMetadata:
+    slot_mapping: torch.Tensor  # [T] long: cache slot of every token in the batch
+    num_decode: int = 0
+    block_tables: torch.Tensor | None = None  # [num_decode, max_blocks] long, 0-padded
+    context_lens: torch.Tensor | None = None  # [num_decode] long, including the new token
+    max_context_len: int = 0
+    prefills: list[PrefillChunk] = field(default_factory=list)
+
+
+def store_kv(
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    slots: torch.Tensor,
+) -> None:
+    """Write new K/V into their slots. k_cache: [num_blocks, block_size, KVH, D]; k: [T, KVH, D]."""
+    kvh, d = k_cache.shape[-2:]
+    k_cache.view(-1, kvh, d).index_copy_(0, slots, k)
+    v_cache.view(-1, kvh, d).index_copy_(0, slots, v)
+
+
+def gather_kv(cache: torch.Tensor, block_tables: torch.Tensor, num_tokens: int) -> torch.Tensor:
+    """[B, max_blocks] block tables -> [B, KVH, num_tokens, D] contiguous-in-time K or V."""
+    b = block_tables.shape[0]
+    kvh, d = cache.shape[-2:]
+    x = cache[block_tables].view(b, -1, kvh, d)[:, :num_tokens]
+    return x.transpose(1, 2)
+
+
+def paged_decode_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    max_context_len: int,
+    scale: float,
+) -> torch.Tensor:
+    """One query token per sequence. q: [B, H, D] -> [B, H, D]."""
+    b, h, d = q.shape
+    k = gather_kv(k_cache, block_tables, max_context_len)  # [B, KVH, L, D]
+    v = gather_kv(v_cache, block_tables, max_context_len)
+    kvh = k.shape[1]
+    qg = q.view(b, kvh, h // kvh, d)  # grouped-query: G query heads share one KV head
+    scores = torch.matmul(qg, k.transpose(-1, -2)).float() * scale  # [B, KVH, G, L]
+    pos = torch.arange(max_context_len, device=q.device)
+    scores.masked_fill_((pos[None, :] >= context_lens[:, None])[:, None, None, :], float("-inf"))
+    probs = torch.softmax(scores, dim=-1).to(v.dtype)
+    return torch.matmul(probs, v).view(b, h, d)
+
+
+def prefill_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    chunk: PrefillChunk,
+    scale: float,
+) -> torch.Tensor:
+    """A chunk of one sequence. q: [N, H, D]; k, v: [N, KVH, D] (the chunk's own K/V)."""
+    n, h, _ = q.shape
+    kvh = k.shape[1]
+    qh = q.transpose(0, 1).unsqueeze(0)  # [1, H, N, D]
+    if chunk.context_len == 0:
+        kh, vh = k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0)
+        mask, causal = None, True
+    else:
+        total = chunk.context_len + n
+        tables = chunk.block_table.unsqueeze(0)
+        kh, vh = gather_kv(k_cache, tables, total), gather_kv(v_cache, tables, total)
+        # Query i (absolute position context_len + i) sees keys 0 .. context_len + i.
+        qpos = torch.arange(n, device=q.device)[:, None] + chunk.context_len
+        mask = torch.arange(total, device=q.device)[None, :] <= qpos
+        causal = False
+    out = F.scaled_dot_product_attention(
+        qh, kh, vh, attn_mask=mask, is_causal=causal, scale=scale, enable_gqa=kvh != h
+    )
+    return out.squeeze(0).transpose(0, 1)  # [N, H, D]
+
+
+def paged_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    scale: float,
+) -> torch.Tensor:
+    """Store this batch's K/V, then attend. q: [T, H, D]; k, v: [T, KVH, D] -> [T, H, D]."""
+    store_kv(k_cache, v_cache, k, v, meta.slot_mapping)
+    nd = meta.num_decode
+    if not meta.prefills:
+        return paged_decode_attention(
+            q, k_cache, v_cache, meta.block_tables, meta.context_lens, meta.max_context_len, scale
+        )
+    out = torch.empty_like(q)
+    if nd:
+        out[:nd] = paged_decode_attention(
+            q[:nd],
+            k_cache,
+            v_cache,
+            meta.block_tables,
+            meta.context_lens,
+            meta.max_context_len,
+            scale,
+        )
+    for c in meta.prefills:
+        s = slice(c.start, c.start + c.num_tokens)
+        out[s] = prefill_attention(q[s], k[s], v[s], k_cache, v_cache, c, scale)
+    return out

@@ -1,0 +1,353 @@
+"""Engine: add / step / pause / resume / rollback / abort / export_kv / import_kv / generate.
+
+One engine step = schedule, run one forward over the flattened batch, sample the rows that
+reached their last token, and update every sequence. Callers drive it one step at a time (the
+decode worker, the eval runner) or use `generate` for a batch.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Sequence as Seq
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from pipeline.config import EngineConfig
+from pipeline.engine.block_manager import BlockManager
+from pipeline.engine.kv_cache import KVCache
+from pipeline.engine.loader import load_model
+from pipeline.engine.model_config import ModelConfig
+from pipeline.engine.model_runner import ModelRunner
+from pipeline.engine.outputs import KVExport, Request, RequestOutput, TokenOutput
+from pipeline.engine.sampling_params import SamplingParams
+from pipeline.engine.scheduler import Scheduler
+from pipeline.engine.sequence import Sequence, SequenceStatus
+from pipeline.engine.tokenizer import StepBoundaryDetector, Tokenizer
+from pipeline.errors import (
+    InvalidRequestError,
+    KVPoolExhaustedError,
+    PromptTooLongError,
+    UnknownRequestError,
+)
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(slots=True)
+class EngineStats:
+    num_steps: int = 0
+    step_s: float = 0.0  # wall time inside step(), cumulative
+    forward_s: float = 0.0  # of which: model forward + logits + sampling
+    num_prefill_tokens: int = 0
+    num_decode_tokens: int = 0
+    num_generated_tokens: int = 0
+
+    def as_dict(self) -> dict[str, float]:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return _DTYPES[name]
+
+
+class Engine:
+    """A continuous-batching engine over one model, driven one step at a time."""
+
+    def __init__(self, config: EngineConfig):
+        self.config = config
+        if config.num_threads:
+            torch.set_num_threads(config.num_threads)
+        self.device = resolve_device(config.device)
+        self.dtype = resolve_dtype(config.dtype, self.device)
+        path = Path(config.model)
+        self.model_config = mc = ModelConfig.from_dir(path)
+        limit = mc.max_position_embeddings
+        if mc.sliding_window:  # no sliding-window attention here: stay inside the window
+            limit = min(limit, mc.sliding_window)
+        self.max_model_len = min(config.max_model_len or limit, limit)
+        model = load_model(path, self.dtype, self.device, self.max_model_len)
+        self.tokenizer = Tokenizer(path) if (path / "tokenizer.json").is_file() else None
+        eos = set(mc.eos_token_ids)
+        if self.tokenizer is not None:
+            eos |= self.tokenizer.eos_token_ids
+        self.eos_token_ids = frozenset(eos)
+        self.step_detector = (
+            StepBoundaryDetector(self.tokenizer.token_texts(), config.step_delimiter)
+            if self.tokenizer is not None
+            else None
+        )
+
+        per_block = KVCache.bytes_per_block(
+            mc.num_hidden_layers, config.block_size, mc.num_key_value_heads, mc.head_dim, self.dtype
+        )
+        num_blocks = config.num_kv_blocks or max(
+            2, int(config.kv_cache_memory_gb * 2**30 // per_block)
+        )
+        self.kv_cache = KVCache(
+            mc.num_hidden_layers,
+            num_blocks,
+            config.block_size,
+            mc.num_key_value_heads,
+            mc.head_dim,
+            self.dtype,
+            self.device,
+        )
+        self.block_manager = BlockManager(
+            num_blocks, config.block_size, config.enable_prefix_caching
+        )
+        self.scheduler = Scheduler(
+            self.block_manager, config.max_num_seqs, config.max_num_batched_tokens
+        )
+        self.runner = ModelRunner(model, self.kv_cache, config.block_size, self.device)
+        self.seqs: dict[str, Sequence] = {}
+        self.stats = EngineStats()
+        self._seed_rng = random.Random(config.seed)
+        self._arrivals = 0
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def encode_prompt(self, prompt: str | list[dict[str, str]]) -> list[int]:
+        """Text -> token ids; a list of chat messages goes through the chat template."""
+        if self.tokenizer is None:
+            raise InvalidRequestError("this model has no tokenizer: send token ids")
+        if isinstance(prompt, str):
+            return self.tokenizer.encode(prompt)
+        return self.tokenizer.apply_chat_template(prompt)
+
+    def _new_sequence(self, request: Request) -> Sequence:
+        if request.request_id in self.seqs:
+            raise InvalidRequestError(f"request {request.request_id!r} is already in the engine")
+        ids = request.prompt_token_ids
+        if not ids:
+            raise InvalidRequestError("the prompt is empty")
+        vocab = self.model_config.vocab_size
+        if min(ids) < 0 or max(ids) >= vocab:
+            raise InvalidRequestError(f"prompt token ids must lie in [0, {vocab})")
+        if len(ids) >= self.max_model_len:
+            raise PromptTooLongError(
+                f"prompt has {len(ids)} tokens; this model's context is {self.max_model_len} "
+                "and at least one token must be generated"
+            )
+        p = request.params
+        need = self.block_manager.num_blocks_for(min(len(ids) + p.max_tokens, self.max_model_len))
+        if need > self.block_manager.num_blocks:
+            raise InvalidRequestError(
+                f"request needs {need} KV blocks but the pool has {self.block_manager.num_blocks}"
+            )
+        seed = p.seed if p.seed is not None else self._seed_rng.getrandbits(63)
+        self._arrivals += 1
+        return Sequence(request.request_id, ids, p, seed, self._arrivals)
+
+    def add(self, request: Request) -> Sequence:
+        """Queue a request. Returns its live Sequence (token ids grow as it decodes)."""
+        seq = self._new_sequence(request)
+        self.seqs[seq.request_id] = seq
+        self.scheduler.add(seq)
+        return seq
+
+    def _get(self, request_id: str) -> Sequence:
+        seq = self.seqs.get(request_id)
+        if seq is None:
+            raise UnknownRequestError(f"no unfinished request {request_id!r} in this engine")
+        return seq
+
+    @property
+    def num_unfinished(self) -> int:
+        return len(self.seqs)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.seqs)
+
+    # -- step-aware control -----------------------------------------------------------------
+
+    def pause(self, request_id: str) -> None:
+        """Take the sequence out of the batch; it keeps its KV blocks."""
+        self.scheduler.pause(self._get(request_id))
+
+    def resume(self, request_id: str) -> None:
+        self.scheduler.resume(self._get(request_id))
+
+    def rollback(self, request_id: str, num_tokens: int, seed: int | None = None) -> None:
+        """Forget every token from position `num_tokens` on; decoding continues from there.
+
+        A new `seed` makes the resampled continuation differ; the same seed reproduces it.
+        """
+        seq = self._get(request_id)
+        if not seq.num_prompt_tokens <= num_tokens <= seq.num_tokens:
+            raise InvalidRequestError(
+                f"rollback position {num_tokens} is outside "
+                f"[{seq.num_prompt_tokens}, {seq.num_tokens}]"
+            )
+        self.block_manager.truncate(seq, num_tokens)
+        if seed is not None:
+            seq.seed = seed
+
+    def abort(self, request_id: str) -> None:
+        seq = self.seqs.pop(request_id, None)
+        if seq is not None:
+            self.scheduler.finish(seq, "abort")
+
+    def export_kv(self, request_id: str) -> KVExport:
+        """Copy out the sequence's computed K/V, contiguous, for a handoff."""
+        seq = self._get(request_id)
+        kv = self.kv_cache.export(seq.block_table, seq.num_computed_tokens)
+        return KVExport(seq.request_id, list(seq.token_ids), seq.num_prompt_tokens, kv, seq.seed)
+
+    def import_kv(self, export: KVExport, params: SamplingParams) -> Sequence:
+        """Continue a sequence from another engine's export without recomputing its KV."""
+        n = export.num_kv_tokens
+        if not 0 < n < len(export.token_ids):
+            raise InvalidRequestError("an export must cover fewer tokens than the sequence has")
+        mc = self.model_config
+        expected = (mc.num_hidden_layers, 2, n, mc.num_key_value_heads, mc.head_dim)
+        if tuple(export.kv.shape) != expected:
+            raise InvalidRequestError(f"KV shape {tuple(export.kv.shape)} != {expected}")
+        prompt = export.token_ids[: export.num_prompt_tokens]
+        seq = self._new_sequence(Request(export.request_id, prompt, params))
+        seq.token_ids = list(export.token_ids)
+        seq.seed = export.seed
+        if not self.block_manager.can_allocate(seq, n, []):
+            raise KVPoolExhaustedError("no free KV blocks to import into")
+        self.block_manager.allocate(seq, n, [])
+        self.kv_cache.import_(seq.block_table, export.kv)
+        seq.num_computed_tokens = n
+        self.block_manager.cache_full_blocks(seq, 0)
+        if self.step_detector is not None:
+            for pos in range(seq.num_prompt_tokens, seq.num_tokens):
+                ends, seq.step_tail = self.step_detector.feed(seq.step_tail, seq.token_ids[pos])
+                if ends:
+                    seq.step_ends.append(pos + 1)
+        self.seqs[seq.request_id] = seq
+        self.scheduler.add(seq)
+        return seq
+
+    # -- the step ---------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def step(self) -> list[TokenOutput]:
+        t0 = time.perf_counter()
+        sched = self.scheduler.schedule()
+        self.last_num_scheduled = len(sched.scheduled)
+        if not sched.scheduled:
+            return []
+        self.kv_cache.copy_blocks(self.block_manager.take_pending_copies())
+        t1 = time.perf_counter()
+        sampled = self.runner.execute(sched.scheduled)
+        self.stats.forward_s += time.perf_counter() - t1
+
+        outputs: list[TokenOutput] = []
+        for s in sched.scheduled:
+            seq = s.seq
+            prev = seq.num_computed_tokens
+            seq.num_computed_tokens += s.num_new_tokens
+            self.block_manager.cache_full_blocks(seq, prev)
+            if s.num_new_tokens == 1:
+                self.stats.num_decode_tokens += 1
+            else:
+                self.stats.num_prefill_tokens += s.num_new_tokens
+            if seq.request_id in sampled:
+                outputs.append(self._append_token(seq, *sampled[seq.request_id]))
+        self.stats.num_generated_tokens += len(outputs)
+        self.stats.num_steps += 1
+        self.stats.step_s += time.perf_counter() - t0
+        return outputs
+
+    def _append_token(
+        self, seq: Sequence, token: int, logprob: float, entropy: float
+    ) -> TokenOutput:
+        seq.token_ids.append(token)
+        ends_step = False
+        if self.step_detector is not None:
+            ends_step, seq.step_tail = self.step_detector.feed(seq.step_tail, token)
+            if ends_step:
+                seq.step_ends.append(seq.num_tokens)
+        p = seq.params
+        reason = None
+        if (not p.ignore_eos and token in self.eos_token_ids) or token in p.stop_token_ids:
+            reason = "stop"
+        elif seq.num_output_tokens >= p.max_tokens or seq.num_tokens >= self.max_model_len:
+            reason = "length"
+        paused = False
+        if reason is not None:
+            self.scheduler.finish(seq, reason)
+            del self.seqs[seq.request_id]
+        elif ends_step and p.pause_on_step_end:
+            self.scheduler.pause(seq)
+            paused = True
+        return TokenOutput(
+            seq.request_id,
+            token,
+            seq.num_tokens - 1,
+            logprob,
+            entropy,
+            ends_step,
+            seq.num_steps,
+            reason is not None,
+            reason,
+            paused,
+        )
+
+    # -- batch use --------------------------------------------------------------------------
+
+    def generate(
+        self,
+        prompts: Seq[str] | Seq[list[int]],
+        params: SamplingParams | Seq[SamplingParams] | None = None,
+        use_tqdm: bool = False,
+    ) -> list[RequestOutput]:
+        """Run prompts (text or token ids) to completion; outputs in the prompts' order."""
+        if params is None or isinstance(params, SamplingParams):
+            params = [params or SamplingParams()] * len(prompts)
+        if len(params) != len(prompts):
+            raise InvalidRequestError("prompts and params differ in length")
+        seqs = []
+        for i, (prompt, p) in enumerate(zip(prompts, params, strict=True)):
+            ids = self.encode_prompt(prompt) if isinstance(prompt, str) else list(prompt)
+            seqs.append(self.add(Request(f"generate-{self._arrivals}-{i}", ids, p)))
+        bar = None
+        if use_tqdm:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(seqs), desc="generate", unit="req")
+        try:
+            while any(not s.is_finished for s in seqs):
+                if not self.scheduler.has_schedulable:
+                    raise InvalidRequestError("only paused sequences left: resume them first")
+                outs = self.step()
+                if self.last_num_scheduled == 0:
+                    raise KVPoolExhaustedError(
+                        "no sequence fits the KV pool (paused sequences hold the blocks)"
+                    )
+                if bar is not None:
+                    bar.update(sum(o.finished for o in outs))
+        finally:
+            if bar is not None:
+                bar.close()
+        return [self.request_output(s) for s in seqs]
+
+    def request_output(self, seq: Sequence) -> RequestOutput:
+        out_ids = seq.output_token_ids
+        text = self.tokenizer.decode(out_ids) if self.tokenizer is not None else ""
+        return RequestOutput(
+            seq.request_id,
+            seq.token_ids[: seq.num_prompt_tokens],
+            out_ids,
+            text,
+            seq.finish_reason,
+            [e - seq.num_prompt_tokens for e in seq.step_ends],
+        )
+
+    def is_running(self, request_id: str) -> bool:
+        seq = self.seqs.get(request_id)
+        return seq is not None and seq.status is SequenceStatus.RUNNING

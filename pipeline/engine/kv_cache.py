@@ -1,0 +1,64 @@
+"""The KV block pool tensors and the copies in and out of it (rollback COW, export, import)."""
+
+from __future__ import annotations
+
+import torch
+
+
+class KVCache:
+    """All layers' K and V: [layers, 2, num_blocks, block_size, kv_heads, head_dim]."""
+
+    def __init__(
+        self,
+        num_layers: int,
+        num_blocks: int,
+        block_size: int,
+        num_kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device,
+    ):
+        self.block_size = block_size
+        self.kv = torch.zeros(
+            num_layers,
+            2,
+            num_blocks,
+            block_size,
+            num_kv_heads,
+            head_dim,
+            dtype=dtype,
+            device=device,
+        )
+        self.layers = [(self.kv[i, 0], self.kv[i, 1]) for i in range(num_layers)]
+
+    @staticmethod
+    def bytes_per_block(
+        num_layers: int, block_size: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype
+    ) -> int:
+        return num_layers * 2 * block_size * num_kv_heads * head_dim * dtype.itemsize
+
+    def _slots(self, block_table: list[int], num_tokens: int) -> torch.Tensor:
+        bs = self.block_size
+        blocks = torch.tensor(block_table, dtype=torch.long, device=self.kv.device)
+        offsets = torch.arange(bs, device=self.kv.device)
+        return (blocks[:, None] * bs + offsets[None, :]).flatten()[:num_tokens]
+
+    def _flat(self) -> torch.Tensor:
+        l, _, n, bs, h, d = self.kv.shape
+        return self.kv.view(l, 2, n * bs, h, d)
+
+    def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
+        if not pairs:
+            return
+        src = torch.tensor([p[0] for p in pairs], device=self.kv.device)
+        dst = torch.tensor([p[1] for p in pairs], device=self.kv.device)
+        self.kv[:, :, dst] = self.kv[:, :, src]
+
+    def export(self, block_table: list[int], num_tokens: int) -> torch.Tensor:
+        """A sequence's first `num_tokens` tokens as [layers, 2, tokens, kv_heads, head_dim]."""
+        return self._flat().index_select(2, self._slots(block_table, num_tokens))
+
+    def import_(self, block_table: list[int], kv: torch.Tensor) -> None:
+        """Write [layers, 2, tokens, kv_heads, head_dim] into the slots of `block_table`."""
+        slots = self._slots(block_table, kv.shape[2])
+        self._flat().index_copy_(2, slots, kv.to(device=self.kv.device, dtype=self.kv.dtype))

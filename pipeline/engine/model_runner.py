@@ -1,0 +1,85 @@
+"""Turns scheduled sequences into one flat forward pass and samples the rows that need it."""
+
+from __future__ import annotations
+
+import torch
+
+from pipeline.engine.attention import AttentionMetadata, PrefillChunk
+from pipeline.engine.kv_cache import KVCache
+from pipeline.engine.model import CausalLM
+from pipeline.engine.sampler import Sampler, position_uniform
+from pipeline.engine.scheduler import ScheduledSequence
+
+
+class ModelRunner:
+    def __init__(self, model: CausalLM, kv_cache: KVCache, block_size: int, device: torch.device):
+        self.model = model
+        self.kv_cache = kv_cache
+        self.block_size = block_size
+        self.device = device
+        self.sampler = Sampler()
+
+    def _tensor(self, data: list, dtype: torch.dtype = torch.long) -> torch.Tensor:
+        return torch.tensor(data, dtype=dtype, device=self.device)
+
+    def prepare(
+        self, scheduled: list[ScheduledSequence]
+    ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, list[int], list[ScheduledSequence]]:
+        """Flatten the batch: decode sequences (one token each) first, then prefill chunks."""
+        bs = self.block_size
+        decodes = [s for s in scheduled if s.num_new_tokens == 1]
+        prefills = [s for s in scheduled if s.num_new_tokens > 1]
+        input_ids: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        sample_rows: list[int] = []
+        order: list[ScheduledSequence] = []
+
+        tables, ctx_lens = [], []
+        for s in decodes:
+            seq, pos = s.seq, s.seq.num_computed_tokens
+            input_ids.append(seq.token_ids[pos])
+            positions.append(pos)
+            slots.append(seq.block_table[pos // bs] * bs + pos % bs)
+            tables.append(seq.block_table)
+            ctx_lens.append(pos + 1)
+        meta = AttentionMetadata(slot_mapping=None, num_decode=len(decodes))  # type: ignore[arg-type]
+        if decodes:
+            width = max(len(t) for t in tables)
+            meta.block_tables = self._tensor([t + [0] * (width - len(t)) for t in tables])
+            meta.context_lens = self._tensor(ctx_lens)
+            meta.max_context_len = max(ctx_lens)
+        for i, s in enumerate(decodes):
+            if s.samples:
+                sample_rows.append(i)
+                order.append(s)
+
+        for s in prefills:
+            seq, start, n = s.seq, s.seq.num_computed_tokens, s.num_new_tokens
+            offset = len(input_ids)
+            input_ids.extend(seq.token_ids[start : start + n])
+            positions.extend(range(start, start + n))
+            table = seq.block_table
+            slots.extend(table[p // bs] * bs + p % bs for p in range(start, start + n))
+            meta.prefills.append(PrefillChunk(offset, n, start, self._tensor(table)))
+            if s.samples:
+                sample_rows.append(offset + n - 1)
+                order.append(s)
+        meta.slot_mapping = self._tensor(slots)
+        return self._tensor(input_ids), self._tensor(positions), meta, sample_rows, order
+
+    def execute(self, scheduled: list[ScheduledSequence]) -> dict[str, tuple[int, float, float]]:
+        """Forward the batch; returns {request_id: (token, logprob, entropy)} for sampled rows."""
+        input_ids, positions, meta, sample_rows, order = self.prepare(scheduled)
+        hidden = self.model(input_ids, positions, self.kv_cache.layers, meta)
+        if not sample_rows:
+            return {}
+        logits = self.model.compute_logits(hidden[self._tensor(sample_rows)])
+        params = [s.seq.params for s in order]
+        # The token being sampled will sit at index seq.num_tokens: that position seeds it.
+        uniforms = [position_uniform(s.seq.seed, s.seq.num_tokens) for s in order]
+        out = self.sampler(logits, params, uniforms)
+        return {
+            s.seq.request_id: (out.token_ids[i], out.logprobs[i], out.entropies[i])
+            for i, s in enumerate(order)
+        }

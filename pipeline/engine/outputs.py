@@ -1,0 +1,59 @@
+"""What the engine hands back: per-token outputs of a step, whole-request outputs, KV exports."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from pipeline.engine.sampling_params import SamplingParams
+
+
+@dataclass(slots=True)
+class Request:
+    """A request as the engine takes it: token ids, not text."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams = field(default_factory=SamplingParams)
+
+
+@dataclass(slots=True)
+class TokenOutput:
+    """One sampled token of one sequence in one engine step."""
+
+    request_id: str
+    token_id: int
+    position: int  # index of this token in the sequence (prompt included)
+    logprob: float
+    entropy: float
+    ends_step: bool  # this token completes a reasoning step
+    num_steps: int  # completed steps so far, this one included
+    finished: bool
+    finish_reason: str | None  # "stop" | "length" | None
+    paused: bool  # left the batch after this token (pause_on_step_end)
+
+
+@dataclass(slots=True)
+class RequestOutput:
+    request_id: str
+    prompt_token_ids: list[int]
+    token_ids: list[int]
+    text: str
+    finish_reason: str | None
+    step_ends: list[int]  # output-token offsets at which steps ended
+
+
+@dataclass(slots=True)
+class KVExport:
+    """A sequence's tokens and the K/V of its first `kv.shape[2]` tokens."""
+
+    request_id: str
+    token_ids: list[int]
+    num_prompt_tokens: int
+    kv: torch.Tensor  # [layers, 2, tokens, kv_heads, head_dim]
+    seed: int
+
+    @property
+    def num_kv_tokens(self) -> int:
+        return int(self.kv.shape[2])

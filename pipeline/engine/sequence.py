@@ -1,0 +1,97 @@
+"""A request's token sequence and its bookkeeping. No torch here."""
+
+from __future__ import annotations
+
+from enum import Enum, auto
+
+from pipeline.engine.sampling_params import SamplingParams
+
+
+class SequenceStatus(Enum):
+    WAITING = auto()  # needs (re)prefill or has not been admitted yet
+    RUNNING = auto()  # in the running batch
+    PAUSED = auto()  # out of the batch, keeps its blocks
+    FINISHED = auto()
+
+
+class Sequence:
+    """Token ids plus how many of them have KV in the cache (`num_computed_tokens`)."""
+
+    __slots__ = (
+        "request_id",
+        "token_ids",
+        "num_prompt_tokens",
+        "num_computed_tokens",
+        "num_cached_tokens",
+        "block_table",
+        "status",
+        "params",
+        "seed",
+        "step_ends",
+        "step_tail",
+        "finish_reason",
+        "arrival",
+    )
+
+    def __init__(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        seed: int,
+        arrival: int,
+    ) -> None:
+        self.request_id = request_id
+        self.token_ids = list(prompt_token_ids)
+        self.num_prompt_tokens = len(prompt_token_ids)
+        self.num_computed_tokens = 0
+        self.num_cached_tokens = 0  # prefix-cache hits at admission
+        self.block_table: list[int] = []
+        self.status = SequenceStatus.WAITING
+        self.params = params
+        self.seed = seed
+        # Token counts at which completed reasoning steps ended (exclusive end indices).
+        self.step_ends: list[int] = []
+        self.step_tail = ""  # text tail for delimiters that straddle tokens
+        self.finish_reason: str | None = None
+        self.arrival = arrival
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens :]
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.step_ends)
+
+    @property
+    def step_start(self) -> int:
+        """Token index where the current (unfinished) step began."""
+        return self.step_ends[-1] if self.step_ends else self.num_prompt_tokens
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is SequenceStatus.FINISHED
+
+    def truncate(self, num_tokens: int) -> None:
+        """Keep the first `num_tokens` tokens; KV past them is no longer valid."""
+        self.token_ids = self.token_ids[:num_tokens]
+        # The last kept token is re-fed so its logits can be sampled from.
+        self.num_computed_tokens = min(self.num_computed_tokens, num_tokens - 1)
+        while self.step_ends and self.step_ends[-1] > num_tokens:
+            self.step_ends.pop()
+        self.step_tail = ""
+
+    def __repr__(self) -> str:
+        return (
+            f"Sequence({self.request_id!r}, tokens={self.num_tokens}, "
+            f"computed={self.num_computed_tokens}, status={self.status.name})"
+        )

@@ -1,0 +1,44 @@
+"""Typed errors. Each carries a stable `code` that reaches the user in a Result or the DLQ."""
+
+from __future__ import annotations
+
+
+class StepwiseError(Exception):
+    """Base class: `code` is machine-readable, the message is for people."""
+
+    code = "internal"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+
+class ModelLoadError(StepwiseError):
+    """A checkpoint directory is missing files or describes an unsupported model."""
+
+    code = "model_load"
+
+
+class UnsupportedModelError(ModelLoadError):
+    code = "unsupported_model"
+
+
+class PromptTooLongError(StepwiseError):
+    """The prompt does not fit the model's context window."""
+
+    code = "prompt_too_long"
+
+
+class UnknownRequestError(StepwiseError):
+    code = "unknown_request"
+
+
+class InvalidRequestError(StepwiseError):
+    code = "invalid_request"
+
+
+class KVPoolExhaustedError(StepwiseError):
+    """No free KV blocks: the caller should back off (pause intake) and retry later."""
+
+    code = "kv_pool_exhausted"

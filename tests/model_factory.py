@@ -1,0 +1,67 @@
+"""Random-weight tiny checkpoints of each supported family, written by HF transformers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+BASE = dict(
+    vocab_size=320,
+    hidden_size=64,
+    intermediate_size=160,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=1024,
+    rms_norm_eps=1e-5,
+)
+
+# name -> (transformers config class name, overrides)
+VARIANTS: dict[str, tuple[str, dict]] = {
+    "llama": ("LlamaConfig", {}),
+    "llama3-rope-tied": (
+        "LlamaConfig",
+        {
+            "tie_word_embeddings": True,
+            "rope_scaling": {
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 128,
+            },
+        },
+    ),
+    "mistral": ("MistralConfig", {"sliding_window": None}),
+    "qwen2": ("Qwen2Config", {}),
+    "qwen2-yarn": (
+        "Qwen2Config",
+        {
+            "rope_scaling": {
+                "rope_type": "yarn",
+                "factor": 4.0,
+                "original_max_position_embeddings": 256,
+            }
+        },
+    ),
+    "qwen3": ("Qwen3Config", {"head_dim": 32}),
+}
+
+
+def make_tiny_model(name: str, root: Path, seed: int = 0) -> Path:
+    """Write a random-weight checkpoint (fp32, safetensors) and return its directory."""
+    import transformers
+
+    cls_name, overrides = VARIANTS[name]
+    cfg = getattr(transformers, cls_name)(**{**BASE, **overrides})
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32)
+    # Default init is tiny (std 0.02): widen it so logits are spread and argmax ties are rare.
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 0.08)
+    out = root / name
+    model.save_pretrained(out, safe_serialization=True)
+    return out

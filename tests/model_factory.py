@@ -65,3 +65,26 @@ def make_tiny_model(name: str, root: Path, seed: int = 0) -> Path:
     out = root / name
     model.save_pretrained(out, safe_serialization=True)
     return out
+
+
+def add_char_tokenizer(path: Path, vocab_size: int = BASE["vocab_size"]) -> Path:
+    """Give a checkpoint a character tokenizer covering its whole vocabulary.
+
+    Ids 0..96 are <eos>, printable ASCII and newline; the rest decode to filler strings, so
+    anything a random model emits can be detokenized.
+    """
+    import json
+    import string
+
+    from tokenizers import Tokenizer, decoders, models
+
+    chars = ["<eos>", *string.printable[:95], "\n"]
+    chars += [f"<t{i}>" for i in range(len(chars), vocab_size)]
+    tok = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(chars)}, merges=[]))
+    tok.decoder = decoders.Fuse()
+    tok.add_special_tokens(["<eos>"])
+    tok.save(str(path / "tokenizer.json"))
+    (path / "tokenizer_config.json").write_text(
+        json.dumps({"eos_token": "<eos>", "tokenizer_class": "PreTrainedTokenizerFast"})
+    )
+    return path

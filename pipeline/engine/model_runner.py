@@ -18,6 +18,9 @@ class ModelRunner:
         self.block_size = block_size
         self.device = device
         self.sampler = Sampler()
+        # Debug/test hook: keep the last step's logits ({request_id: [vocab] fp32}).
+        self.keep_logits = False
+        self.last_logits: dict[str, torch.Tensor] = {}
 
     def _tensor(self, data: list, dtype: torch.dtype = torch.long) -> torch.Tensor:
         return torch.tensor(data, dtype=dtype, device=self.device)
@@ -75,6 +78,8 @@ class ModelRunner:
         if not sample_rows:
             return {}
         logits = self.model.compute_logits(hidden[self._tensor(sample_rows)])
+        if self.keep_logits:
+            self.last_logits = {s.seq.request_id: logits[i] for i, s in enumerate(order)}
         params = [s.seq.params for s in order]
         # The token being sampled will sit at index seq.num_tokens: that position seeds it.
         uniforms = [position_uniform(s.seq.seed, s.seq.num_tokens) for s in order]

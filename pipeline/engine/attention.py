@@ -3,6 +3,10 @@
 A batch is flattened into T tokens: first the decode sequences (one query token each), then the
 prefill chunks (several query tokens each). Decode attention is batched over padded block
 tables; prefill chunks attend one sequence at a time, to their cached context plus themselves.
+
+Cache layout per layer: [KVH, num_blocks, block_size, D] (head-major). Gathering a batch's
+blocks along dim 1 then yields [KVH, B, L, D] directly, ready for batched matmuls: on CPU this
+is ~8x faster than gathering [num_blocks, block_size, KVH, D] rows and transposing them.
 """
 
 from __future__ import annotations
@@ -38,18 +42,18 @@ def store_kv(
     v: torch.Tensor,
     slots: torch.Tensor,
 ) -> None:
-    """Write new K/V into their slots. k_cache: [num_blocks, block_size, KVH, D]; k: [T, KVH, D]."""
-    kvh, d = k_cache.shape[-2:]
-    k_cache.view(-1, kvh, d).index_copy_(0, slots, k)
-    v_cache.view(-1, kvh, d).index_copy_(0, slots, v)
+    """Write new K/V into their slots. k_cache: [KVH, num_blocks, block_size, D]; k: [T, KVH, D]."""
+    kvh, _, _, d = k_cache.shape
+    k_cache.view(kvh, -1, d).index_copy_(1, slots, k.transpose(0, 1))
+    v_cache.view(kvh, -1, d).index_copy_(1, slots, v.transpose(0, 1))
 
 
 def gather_kv(cache: torch.Tensor, block_tables: torch.Tensor, num_tokens: int) -> torch.Tensor:
-    """[B, max_blocks] block tables -> [B, KVH, num_tokens, D] contiguous-in-time K or V."""
+    """[B, max_blocks] block tables -> [KVH, B, num_tokens, D], contiguous in time."""
+    kvh, _, _, d = cache.shape
     b = block_tables.shape[0]
-    kvh, d = cache.shape[-2:]
-    x = cache[block_tables].view(b, -1, kvh, d)[:, :num_tokens]
-    return x.transpose(1, 2)
+    x = torch.index_select(cache, 1, block_tables.flatten()).view(kvh, b, -1, d)
+    return x[:, :, :num_tokens]
 
 
 def paged_decode_attention(
@@ -63,15 +67,17 @@ def paged_decode_attention(
 ) -> torch.Tensor:
     """One query token per sequence. q: [B, H, D] -> [B, H, D]."""
     b, h, d = q.shape
-    k = gather_kv(k_cache, block_tables, max_context_len)  # [B, KVH, L, D]
-    v = gather_kv(v_cache, block_tables, max_context_len)
-    kvh = k.shape[1]
-    qg = q.view(b, kvh, h // kvh, d)  # grouped-query: G query heads share one KV head
-    scores = torch.matmul(qg, k.transpose(-1, -2)).float() * scale  # [B, KVH, G, L]
-    pos = torch.arange(max_context_len, device=q.device)
-    scores.masked_fill_((pos[None, :] >= context_lens[:, None])[:, None, None, :], float("-inf"))
+    # Attend over whole blocks (padding masked): slicing to max_context_len would force a copy.
+    num_slots = block_tables.shape[1] * k_cache.shape[2]
+    k = gather_kv(k_cache, block_tables, num_slots)  # [KVH, B, L, D]
+    v = gather_kv(v_cache, block_tables, num_slots)
+    kvh = k.shape[0]
+    qg = q.view(b, kvh, h // kvh, d).transpose(0, 1)  # [KVH, B, G, D]: G heads share a KV head
+    scores = torch.matmul(qg, k.transpose(-1, -2)).float() * scale  # [KVH, B, G, L]
+    pos = torch.arange(num_slots, device=q.device)
+    scores.masked_fill_((pos[None, :] >= context_lens[:, None])[None, :, None, :], float("-inf"))
     probs = torch.softmax(scores, dim=-1).to(v.dtype)
-    return torch.matmul(probs, v).view(b, h, d)
+    return torch.matmul(probs, v).transpose(0, 1).reshape(b, h, d)
 
 
 def prefill_attention(
@@ -93,7 +99,8 @@ def prefill_attention(
     else:
         total = chunk.context_len + n
         tables = chunk.block_table.unsqueeze(0)
-        kh, vh = gather_kv(k_cache, tables, total), gather_kv(v_cache, tables, total)
+        kh = gather_kv(k_cache, tables, total).transpose(0, 1)  # [1, KVH, total, D]
+        vh = gather_kv(v_cache, tables, total).transpose(0, 1)
         # Query i (absolute position context_len + i) sees keys 0 .. context_len + i.
         qpos = torch.arange(n, device=q.device)[:, None] + chunk.context_len
         mask = torch.arange(total, device=q.device)[None, :] <= qpos

@@ -32,6 +32,7 @@ from pipeline.errors import (
     PromptTooLongError,
     UnknownRequestError,
 )
+from pipeline.kernels.cpu_linear import prepack_linears
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -77,6 +78,8 @@ class Engine:
             limit = min(limit, mc.sliding_window)
         self.max_model_len = min(config.max_model_len or limit, limit)
         model = load_model(path, self.dtype, self.device, self.max_model_len)
+        if config.cpu_prepack and self.device.type == "cpu":
+            prepack_linears(model, batch_hint=min(config.max_num_seqs, 64))
         self.tokenizer = Tokenizer(path) if (path / "tokenizer.json").is_file() else None
         eos = set(mc.eos_token_ids)
         if self.tokenizer is not None:

@@ -6,7 +6,11 @@ import torch
 
 
 class KVCache:
-    """All layers' K and V: [layers, 2, num_blocks, block_size, kv_heads, head_dim]."""
+    """All layers' K and V: [layers, 2, kv_heads, num_blocks, block_size, head_dim].
+
+    Head-major inside a layer (see attention.py for why). Exports use the wire layout
+    [layers, 2, tokens, kv_heads, head_dim] of DESIGN.md section 6.
+    """
 
     def __init__(
         self,
@@ -22,9 +26,9 @@ class KVCache:
         self.kv = torch.zeros(
             num_layers,
             2,
+            num_kv_heads,
             num_blocks,
             block_size,
-            num_kv_heads,
             head_dim,
             dtype=dtype,
             device=device,
@@ -44,21 +48,23 @@ class KVCache:
         return (blocks[:, None] * bs + offsets[None, :]).flatten()[:num_tokens]
 
     def _flat(self) -> torch.Tensor:
-        l, _, n, bs, h, d = self.kv.shape
-        return self.kv.view(l, 2, n * bs, h, d)
+        l, _, h, n, bs, d = self.kv.shape
+        return self.kv.view(l, 2, h, n * bs, d)
 
     def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
         if not pairs:
             return
         src = torch.tensor([p[0] for p in pairs], device=self.kv.device)
         dst = torch.tensor([p[1] for p in pairs], device=self.kv.device)
-        self.kv[:, :, dst] = self.kv[:, :, src]
+        self.kv[:, :, :, dst] = self.kv[:, :, :, src]
 
     def export(self, block_table: list[int], num_tokens: int) -> torch.Tensor:
         """A sequence's first `num_tokens` tokens as [layers, 2, tokens, kv_heads, head_dim]."""
-        return self._flat().index_select(2, self._slots(block_table, num_tokens))
+        kv = self._flat().index_select(3, self._slots(block_table, num_tokens))
+        return kv.transpose(2, 3).contiguous()
 
     def import_(self, block_table: list[int], kv: torch.Tensor) -> None:
         """Write [layers, 2, tokens, kv_heads, head_dim] into the slots of `block_table`."""
         slots = self._slots(block_table, kv.shape[2])
-        self._flat().index_copy_(2, slots, kv.to(device=self.kv.device, dtype=self.kv.dtype))
+        kv = kv.to(device=self.kv.device, dtype=self.kv.dtype).transpose(2, 3)
+        self._flat().index_copy_(3, slots, kv)

@@ -63,11 +63,8 @@ def load_model(
     if cfg.tie_word_embeddings:  # to_empty() gives each module its own tensor: re-tie
         model.lm_head.weight = model.embed_tokens.weight
     # Rotary tables are buffers computed at construction: rebuild them off the meta device.
-    rotary = RotaryEmbedding(cfg.head_dim, max_position, cfg.rope_theta, cfg.rope_scaling).to(
-        device
-    )
-    for layer in model.layers:
-        layer.self_attn.rotary = rotary
+    rope = RotaryEmbedding(cfg.head_dim, max_position, cfg.rope_theta, cfg.rope_scaling)
+    model.rotary = rope.to(device)
     params = dict(model.named_parameters())
     loaded: set[str] = set()
     for file in _safetensors_files(path):

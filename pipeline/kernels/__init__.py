@@ -1,0 +1,1 @@
+"""Device-specific fast paths, each beside the torch reference it must match."""

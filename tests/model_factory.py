@@ -88,3 +88,17 @@ def add_char_tokenizer(path: Path, vocab_size: int = BASE["vocab_size"]) -> Path
         json.dumps({"eos_token": "<eos>", "tokenizer_class": "PreTrainedTokenizerFast"})
     )
     return path
+
+
+@torch.no_grad()
+def hf_greedy(model, prompt_ids: list[int], num_tokens: int) -> list[int]:
+    """Greedy continuation through HF's own forward and KV cache, EOS neither stopping nor
+    suppressed (generate()'s min_new_tokens would mask EOS logits; the engine's ignore_eos
+    only keeps going): like for like."""
+    out = model(torch.tensor([prompt_ids]), use_cache=True)
+    past, tokens = out.past_key_values, []
+    for _ in range(num_tokens):
+        tokens.append(int(out.logits[0, -1].argmax()))
+        out = model(torch.tensor([[tokens[-1]]]), past_key_values=past, use_cache=True)
+        past = out.past_key_values
+    return tokens

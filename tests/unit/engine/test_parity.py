@@ -9,7 +9,7 @@ import torch
 import transformers
 
 from pipeline.engine import Engine, EngineConfig, Request, SamplingParams
-from tests.model_factory import VARIANTS
+from tests.model_factory import VARIANTS, hf_greedy
 
 ATOL = 2e-4
 PROMPT_LENS = (1, 5, 16, 17, 40, 3)
@@ -58,13 +58,7 @@ def test_greedy_continuations_match_hf(tiny_models, family):
     engine = Engine(EngineConfig(model=str(path), dtype="float32", num_kv_blocks=64))
     outs = engine.generate(batch, SamplingParams(temperature=0, max_tokens=64, ignore_eos=True))
     for ids, out in zip(batch, outs, strict=True):
-        ref = hf.generate(
-            torch.tensor([ids]),
-            max_new_tokens=64,
-            min_new_tokens=64,
-            do_sample=False,
-            pad_token_id=0,
-        )[0, len(ids) :].tolist()
+        ref = hf_greedy(hf, ids, 64)
         assert out.token_ids == ref
         assert out.finish_reason == "length"
 

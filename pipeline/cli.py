@@ -1,0 +1,153 @@
+"""`stepwise` command line. Subcommands import their heavy dependencies lazily."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from pipeline import __version__
+from pipeline.errors import StepwiseError
+
+
+def _add_engine_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--model",
+        default="tiny-reasoner",
+        help="checkpoint dir or a known name: tiny-reasoner (bundled), smollm2 (prepared)",
+    )
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+
+
+def _engine_from_args(args: argparse.Namespace):
+    from pipeline.config import EngineConfig
+    from pipeline.engine import Engine
+    from pipeline.engine.prepare import resolve_model
+
+    path = resolve_model(args.model)
+    return Engine(
+        EngineConfig(
+            model=str(path), dtype=args.dtype, device=args.device, num_threads=args.threads
+        )
+    )
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from pipeline.engine import Request, SamplingParams
+    from pipeline.engine.tokenizer import IncrementalDetokenizer
+
+    engine = _engine_from_args(args)
+    if engine.tokenizer is None:
+        raise StepwiseError("this model has no tokenizer.json: `generate` needs text")
+    use_chat = args.chat if args.chat is not None else engine.tokenizer.has_chat_template
+    prompt = [{"role": "user", "content": args.prompt}] if use_chat else args.prompt
+    params = SamplingParams(
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        min_p=args.min_p,
+        seed=args.seed,
+        max_tokens=args.max_tokens,
+    )
+    seq = engine.add(Request("cli", engine.encode_prompt(prompt), params))
+    detok = IncrementalDetokenizer(engine.tokenizer)
+    t0 = time.perf_counter()
+    first = None
+    while engine.has_unfinished():
+        for out in engine.step():
+            first = first or time.perf_counter()
+            sys.stdout.write(detok.push(out.token_id))
+            sys.stdout.flush()
+    dt = time.perf_counter() - t0
+    n = seq.num_output_tokens
+    decode_s = max(dt - ((first or t0) - t0), 1e-9)
+    print(
+        f"\n\n[{n} tokens in {dt:.2f}s: ttft {((first or t0) - t0) * 1e3:.0f} ms, "
+        f"{max(n - 1, 0) / decode_s:.1f} tok/s decode, {seq.num_steps} steps, "
+        f"finish={seq.finish_reason}]",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from pipeline.engine import prepare
+
+    return prepare.run(args)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from pipeline.evals import runner
+
+    return runner.run(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="stepwise",
+        description="Stepwise: serve reasoning models step by step.",
+    )
+    parser.add_argument("--version", action="version", version=f"stepwise {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    g = sub.add_parser(
+        "generate",
+        help="generate from one prompt with the native engine, streaming the text",
+        description="Generate from one prompt, stream the text, report TTFT and tokens/s.",
+    )
+    g.add_argument("prompt")
+    _add_engine_args(g)
+    g.add_argument("--max-tokens", type=int, default=256)
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--top-k", type=int, default=-1)
+    g.add_argument("--min-p", type=float, default=0.0)
+    g.add_argument("--seed", type=int, default=None)
+    chat = g.add_mutually_exclusive_group()
+    chat.add_argument(
+        "--chat",
+        dest="chat",
+        action="store_true",
+        default=None,
+        help="wrap the prompt in the model's chat template (default if it has one)",
+    )
+    chat.add_argument("--no-chat", dest="chat", action="store_false")
+    g.set_defaults(func=cmd_generate)
+
+    m = sub.add_parser(
+        "models",
+        help="prepare and list local models",
+        description="Prepare (convert once, offline) and list the models Stepwise can load.",
+    )
+    from pipeline.engine import prepare
+
+    prepare.add_arguments(m)
+    m.set_defaults(func=cmd_models)
+
+    e = sub.add_parser(
+        "eval",
+        help="score a model on reasoning tasks (engine only, no Kafka)",
+        description="Run reasoning problems through the engine and score them.",
+    )
+    from pipeline.evals import runner
+
+    runner.add_arguments(e)
+    e.set_defaults(func=cmd_eval)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except StepwiseError as e:
+        print(f"stepwise: error [{e.code}]: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

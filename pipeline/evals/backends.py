@@ -1,0 +1,99 @@
+"""What the eval runner generates with: our engine (default) or HF transformers (reference)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    text: str
+    num_tokens: int
+    finish_reason: str | None
+
+
+class Backend(Protocol):
+    def generate(
+        self, prompts: list[str], temperature: float, max_tokens: int, seeds: list[int]
+    ) -> list[Completion]: ...
+
+
+class EngineBackend:
+    """The native engine, driven directly (no Kafka); one request per prompt, seeded each."""
+
+    name = "native"
+
+    def __init__(self, model: str | Path, dtype: str = "float32", device: str = "cpu") -> None:
+        from pipeline.engine import Engine, EngineConfig
+
+        self.engine = Engine(EngineConfig(model=str(model), dtype=dtype, device=device))
+
+    def generate(
+        self, prompts: list[str], temperature: float, max_tokens: int, seeds: list[int]
+    ) -> list[Completion]:
+        from pipeline.engine import SamplingParams
+
+        params = [
+            SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=s) for s in seeds
+        ]
+        outs = self.engine.generate(prompts, params)
+        return [Completion(o.text, len(o.token_ids), o.finish_reason) for o in outs]
+
+
+class HFBackend:
+    """transformers `generate`, batched with left padding: the reference the engine must match."""
+
+    name = "hf"
+
+    def __init__(self, model: str | Path, dtype: str = "float32", device: str = "cpu") -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.torch = torch
+        self.tok = AutoTokenizer.from_pretrained(str(model))
+        self.tok.padding_side = "left"
+        self.model = AutoModelForCausalLM.from_pretrained(str(model), dtype=getattr(torch, dtype))
+        self.model.to(device).eval()
+        self.device = device
+
+    def generate(
+        self, prompts: list[str], temperature: float, max_tokens: int, seeds: list[int]
+    ) -> list[Completion]:
+        torch, tok = self.torch, self.tok
+        enc = tok(prompts, return_tensors="pt", padding=True).to(self.device)
+        sample = temperature > 0
+        if sample:
+            torch.manual_seed(seeds[0] if seeds else 0)  # per batch: HF has no per-row seeds
+        with torch.no_grad():
+            out = self.model.generate(
+                **enc,
+                max_new_tokens=max_tokens,
+                do_sample=sample,
+                temperature=temperature if sample else None,
+                top_p=None,
+                top_k=None,
+                pad_token_id=tok.pad_token_id,
+                eos_token_id=tok.eos_token_id,
+            )
+        width = enc["input_ids"].shape[1]
+        comps = []
+        for row in out[:, width:].tolist():
+            ids = []
+            for t in row:  # up to and including EOS; HF pads finished rows
+                if t != tok.pad_token_id:
+                    ids.append(t)
+                if t == tok.eos_token_id:
+                    break
+            finish = "stop" if ids and ids[-1] == tok.eos_token_id else "length"
+            comps.append(Completion(tok.decode(ids, skip_special_tokens=True), len(ids), finish))
+        return comps
+
+
+def make_backend(name: str, model: str | Path, dtype: str = "float32") -> Backend:
+    if name == "native":
+        return EngineBackend(model, dtype)
+    if name == "hf":
+        return HFBackend(model, dtype)
+    raise ValueError(f"unknown engine {name!r}; use native or hf")

@@ -33,6 +33,9 @@ class AttentionMetadata:
     context_lens: torch.Tensor | None = None  # [num_decode] long, including the new token
     max_context_len: int = 0
     prefills: list[PrefillChunk] = field(default_factory=list)
+    # Reused by every layer's decode gather: one allocation per step instead of two per layer
+    # (fresh multi-MB buffers cost page faults on CPU).
+    workspace: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def store_kv(
@@ -48,12 +51,20 @@ def store_kv(
     v_cache.view(kvh, -1, d).index_copy_(1, slots, v.transpose(0, 1))
 
 
-def gather_kv(cache: torch.Tensor, block_tables: torch.Tensor, num_tokens: int) -> torch.Tensor:
+def gather_kv(
+    cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    num_tokens: int,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
     """[B, max_blocks] block tables -> [KVH, B, num_tokens, D], contiguous in time."""
-    kvh, _, _, d = cache.shape
-    b = block_tables.shape[0]
-    x = torch.index_select(cache, 1, block_tables.flatten()).view(kvh, b, -1, d)
-    return x[:, :, :num_tokens]
+    kvh, _, bs, d = cache.shape
+    b, m = block_tables.shape
+    if out is None:
+        x = torch.index_select(cache, 1, block_tables.flatten())
+    else:
+        x = torch.index_select(cache, 1, block_tables.flatten(), out=out.view(kvh, b * m, bs, d))
+    return x.view(kvh, b, -1, d)[:, :, :num_tokens]
 
 
 def paged_decode_attention(
@@ -64,13 +75,19 @@ def paged_decode_attention(
     context_lens: torch.Tensor,
     max_context_len: int,
     scale: float,
+    workspace: dict[str, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """One query token per sequence. q: [B, H, D] -> [B, H, D]."""
     b, h, d = q.shape
     # Attend over whole blocks (padding masked): slicing to max_context_len would force a copy.
     num_slots = block_tables.shape[1] * k_cache.shape[2]
-    k = gather_kv(k_cache, block_tables, num_slots)  # [KVH, B, L, D]
-    v = gather_kv(v_cache, block_tables, num_slots)
+    ws = workspace if workspace is not None else {}
+    shape = (k_cache.shape[0], b, num_slots, d)
+    if "k" not in ws or ws["k"].shape != shape or ws["k"].dtype != k_cache.dtype:
+        ws["k"] = torch.empty(shape, dtype=k_cache.dtype, device=k_cache.device)
+        ws["v"] = torch.empty_like(ws["k"])
+    k = gather_kv(k_cache, block_tables, num_slots, ws["k"])  # [KVH, B, L, D]
+    v = gather_kv(v_cache, block_tables, num_slots, ws["v"])
     kvh = k.shape[0]
     qg = q.view(b, kvh, h // kvh, d).transpose(0, 1)  # [KVH, B, G, D]: G heads share a KV head
     scores = torch.matmul(qg, k.transpose(-1, -2)).float() * scale  # [KVH, B, G, L]
@@ -125,7 +142,14 @@ def paged_attention(
     nd = meta.num_decode
     if not meta.prefills:
         return paged_decode_attention(
-            q, k_cache, v_cache, meta.block_tables, meta.context_lens, meta.max_context_len, scale
+            q,
+            k_cache,
+            v_cache,
+            meta.block_tables,
+            meta.context_lens,
+            meta.max_context_len,
+            scale,
+            meta.workspace,
         )
     out = torch.empty_like(q)
     if nd:
@@ -137,6 +161,7 @@ def paged_attention(
             meta.context_lens,
             meta.max_context_len,
             scale,
+            meta.workspace,
         )
     for c in meta.prefills:
         s = slice(c.start, c.start + c.num_tokens)

@@ -20,6 +20,7 @@ from pathlib import Path
 from pipeline.errors import StepwiseError
 from pipeline.evals import tasks as task_registry
 from pipeline.evals.backends import Completion, make_backend
+from pipeline.evals.generators import DEFAULT_LEVEL, LEVELS
 from pipeline.evals.problems import Problem, format_prompt
 from pipeline.evals.scoring import TraceScore
 
@@ -39,6 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--n", type=int, default=100, help="problems per task")
     parser.add_argument("--seed", type=int, default=0, help="problem seed (held-out: < 1000000)")
+    parser.add_argument(
+        "--level",
+        choices=sorted(LEVELS),
+        default=DEFAULT_LEVEL,
+        help="difficulty mix of our families (default: what the tiny reasoner was trained on)",
+    )
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument(
@@ -86,7 +93,7 @@ def evaluate(args: argparse.Namespace) -> dict:
     names = task_registry.parse_tasks(args.tasks)
     problems: list[Problem] = []
     for name in names:
-        problems.extend(task_registry.load_problems(name, args.n, args.seed))
+        problems.extend(task_registry.load_problems(name, args.n, args.seed, args.level))
     backend = make_backend(args.engine, args.model, args.dtype)
     prompts = [format_prompt(p) for p in problems]
     # Per-request sampling seeds derived from the problem seed: the run is reproducible.
@@ -126,6 +133,7 @@ def evaluate(args: argparse.Namespace) -> dict:
         "tasks": names,
         "n": args.n,
         "seed": args.seed,
+        "level": args.level,
         "temperature": args.temperature,
         "max_tokens": args.max_tokens,
         **summarize(rows),

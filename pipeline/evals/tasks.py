@@ -8,7 +8,7 @@ held-out split; `indist` is the four problem families in equal parts (the model 
 from __future__ import annotations
 
 from pipeline.evals import rg_adapter
-from pipeline.evals.generators import EVAL_FAMILIES, FAMILIES, generate
+from pipeline.evals.generators import DEFAULT_LEVEL, EVAL_FAMILIES, FAMILIES, generate
 from pipeline.evals.problems import Problem
 from pipeline.evals.scoring import TraceScore, score_trace
 
@@ -30,15 +30,19 @@ def parse_tasks(spec: str) -> list[str]:
     return names
 
 
-def load_problems(task: str, n: int, seed: int) -> list[Problem]:
+def load_problems(task: str, n: int, seed: int, level: str = DEFAULT_LEVEL) -> list[Problem]:
     """`n` problems of one task (for a group: n split evenly over its families)."""
     if task in GROUPS:
         fams = GROUPS[task]
         sizes = [n // len(fams) + (i < n % len(fams)) for i in range(len(fams))]
-        return [p for fam, k in zip(fams, sizes, strict=True) for p in generate(fam, k, seed)]
+        return [
+            p
+            for fam, k in zip(fams, sizes, strict=True)
+            for p in generate(fam, k, seed, level=level)
+        ]
     if rg_adapter.is_rg_task(task):
         return rg_adapter.load(task, n, seed)
-    return generate(task, n, seed)
+    return generate(task, n, seed, level=level)
 
 
 def score(problem: Problem, completion: str) -> tuple[TraceScore, float]:

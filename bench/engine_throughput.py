@@ -151,7 +151,8 @@ def run_vllm(
             tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
             return f"vLLM failed (exit {proc.returncode}):\n{tail}"
         data = json.loads(result.read_text())
-    cores = [ln.split("core ids=")[1] for ln in proc.stderr.splitlines() if "core ids=" in ln]
+    log = (proc.stdout + proc.stderr).splitlines()
+    cores = [ln.split("core ids=")[1].strip() for ln in log if "core ids=" in ln]
     extra = {
         "startup_s": data["startup_s"],
         "process_s": total_s,
@@ -264,41 +265,63 @@ def useful_flops(d: dict, reqs: list[BenchRequest]) -> dict[str, float]:
     }
 
 
-def matmul_seconds(d: dict, reqs: list[BenchRequest], dtype: str, threads: int) -> float:
+def matmul_seconds(
+    d: dict, reqs: list[BenchRequest], dtype: str, threads: int
+) -> tuple[float, dict[str, int]]:
     """Time this machine's torch matmuls need for the workload's linear layers and lm_head, at
-    the batch sizes of `schedule` (measured now, same threads and dtype)."""
+    the batch sizes of `schedule` (measured now, same threads and dtype). Each shape takes the
+    faster of `F.linear` and oneDNN with a prepacked weight (what the engine runs on CPU);
+    also returns how many (rows, shape) points each path won."""
     import torch
+    import torch.nn.functional as F
 
     torch.set_num_threads(threads)
     dt = getattr(torch, dtype)
     gen = torch.Generator().manual_seed(0)
-    weights = {s: torch.randn(s[1], s[0], generator=gen).to(dt) for s in linear_shapes(d)}
-    lm_head = torch.randn(d["vocab"], d["hidden"], generator=gen).to(dt)
-    cache: dict[tuple[int, tuple[int, int]], float] = {}
+    ops = torch.ops.mkldnn
+    packed_ok = torch.backends.mkldnn.is_available() and hasattr(ops, "_linear_pointwise")
 
-    def one(rows: int, w: torch.Tensor) -> float:
-        key = (rows, tuple(w.shape))
+    def make(n_in: int, n_out: int) -> dict:
+        w = torch.randn(n_out, n_in, generator=gen).to(dt)
+        fns = {"F.linear": lambda x, w=w: F.linear(x, w)}
+        if packed_ok:
+            pw = ops._reorder_linear_weight(w, MAX_NUM_SEQS)
+            fns["onednn"] = lambda x, pw=pw: ops._linear_pointwise(x, pw, None, "none", [], "")
+        return {"in": n_in, "fns": fns}
+
+    layer = [make(k, n) for k, n in linear_shapes(d)]
+    lm_head = make(d["hidden"], d["vocab"])
+    cache: dict[tuple[int, int], float] = {}
+    wins: dict[str, int] = {}
+
+    def timed(fn, x) -> float:
+        fn(x)  # warm
+        best, reps = float("inf"), 1
+        for _ in range(3):
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                fn(x)
+            best = min(best, (time.perf_counter() - t0) / reps)
+            reps = max(1, min(200, int(0.01 / max(best, 1e-7))))
+        return best
+
+    def one(rows: int, m: dict) -> float:
+        key = (rows, id(m))
         if key not in cache:
-            x = torch.randn(rows, w.shape[1], generator=gen).to(dt)
-            torch.nn.functional.linear(x, w)  # warm
-            best, reps = float("inf"), 1
-            for _ in range(3):
-                t0 = time.perf_counter()
-                for _ in range(reps):
-                    torch.nn.functional.linear(x, w)
-                el = time.perf_counter() - t0
-                best = min(best, el / reps)
-                reps = max(1, min(200, int(0.01 / max(best, 1e-7))))
-            cache[key] = best
+            x = torch.randn(rows, m["in"], generator=gen).to(dt)
+            times = {name: timed(fn, x) for name, fn in m["fns"].items()}
+            winner = min(times, key=times.get)
+            wins[winner] = wins.get(winner, 0) + 1
+            cache[key] = times[winner]
         return cache[key]
 
     total = 0.0
     with torch.inference_mode():
         for rows, sampled in schedule(reqs):
-            total += d["layers"] * sum(one(rows, w) for w in weights.values())
+            total += d["layers"] * sum(one(rows, m) for m in layer)
             if sampled:
                 total += one(sampled, lm_head)
-    return total
+    return total, wins
 
 
 # -- reporting --------------------------------------------------------------------------------
@@ -352,7 +375,7 @@ def bench_dtype(args, path: Path, dims: dict, reqs: list[BenchRequest], dtype: s
         if a in results and b in results
     }
     flops = useful_flops(dims, reqs)
-    mm_s = matmul_seconds(dims, reqs, dtype, args.threads)
+    mm_s, fig["matmul_paths"] = matmul_seconds(dims, reqs, dtype, args.threads)
     machine = (flops["linear"] + flops["lm_head"]) / mm_s
     fig["matmul_gflops"] = machine / 1e9
     fig["matmul_only_s"] = mm_s
@@ -411,7 +434,8 @@ def print_table(dtype: str, fig: dict, reqs: list[BenchRequest]) -> None:
     if "matmul_fraction" in fig:
         print(
             f"matmul roofline  {fig['matmul_gflops']:.1f} GFLOP/s measured for the same shapes "
-            f"({fig['matmul_only_s']:.2f} s of pure matmul); engine at "
+            f"({fig['matmul_only_s']:.2f} s of pure matmul; fastest path per shape won "
+            f"{fig['matmul_paths']}); engine at "
             f"{100 * fig['matmul_fraction']:.0f}%"
         )
     for pair, m in fig["match"].items():

@@ -26,12 +26,22 @@ class PrefillChunk:
 
 
 @dataclass(slots=True)
+class DecodeGroup:
+    """Decode rows [start, end) of the flat batch, of similar context lengths."""
+
+    start: int
+    end: int
+    block_tables: torch.Tensor  # [rows, max_blocks] long, 0-padded
+    context_lens: torch.Tensor  # [rows] long, including the new token
+
+
+@dataclass(slots=True)
 class AttentionMetadata:
     slot_mapping: torch.Tensor  # [T] long: cache slot of every token in the batch
     num_decode: int = 0
-    block_tables: torch.Tensor | None = None  # [num_decode, max_blocks] long, 0-padded
-    context_lens: torch.Tensor | None = None  # [num_decode] long, including the new token
-    max_context_len: int = 0
+    # Decode rows come sorted by context length and split into groups, so each group gathers
+    # only up to its own longest context instead of the whole batch's.
+    decode_groups: list[DecodeGroup] = field(default_factory=list)
     prefills: list[PrefillChunk] = field(default_factory=list)
     # Reused by every layer's decode gather: one allocation per step instead of two per layer
     # (fresh multi-MB buffers cost page faults on CPU).
@@ -73,21 +83,20 @@ def paged_decode_attention(
     v_cache: torch.Tensor,
     block_tables: torch.Tensor,
     context_lens: torch.Tensor,
-    max_context_len: int,
     scale: float,
     workspace: dict[str, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """One query token per sequence. q: [B, H, D] -> [B, H, D]."""
     b, h, d = q.shape
-    # Attend over whole blocks (padding masked): slicing to max_context_len would force a copy.
+    # Attend over whole blocks (padding masked): slicing to the longest context would copy.
     num_slots = block_tables.shape[1] * k_cache.shape[2]
+    numel = k_cache.shape[0] * b * num_slots * d
     ws = workspace if workspace is not None else {}
-    shape = (k_cache.shape[0], b, num_slots, d)
-    if "k" not in ws or ws["k"].shape != shape or ws["k"].dtype != k_cache.dtype:
-        ws["k"] = torch.empty(shape, dtype=k_cache.dtype, device=k_cache.device)
+    if "k" not in ws or ws["k"].numel() < numel or ws["k"].dtype != k_cache.dtype:
+        ws["k"] = torch.empty(numel, dtype=k_cache.dtype, device=k_cache.device)
         ws["v"] = torch.empty_like(ws["k"])
-    k = gather_kv(k_cache, block_tables, num_slots, ws["k"])  # [KVH, B, L, D]
-    v = gather_kv(v_cache, block_tables, num_slots, ws["v"])
+    k = gather_kv(k_cache, block_tables, num_slots, ws["k"][:numel])  # [KVH, B, L, D]
+    v = gather_kv(v_cache, block_tables, num_slots, ws["v"][:numel])
     kvh = k.shape[0]
     qg = q.view(b, kvh, h // kvh, d).transpose(0, 1)  # [KVH, B, G, D]: G heads share a KV head
     scores = torch.matmul(qg, k.transpose(-1, -2)).float() * scale  # [KVH, B, G, L]
@@ -139,27 +148,14 @@ def paged_attention(
 ) -> torch.Tensor:
     """Store this batch's K/V, then attend. q: [T, H, D]; k, v: [T, KVH, D] -> [T, H, D]."""
     store_kv(k_cache, v_cache, k, v, meta.slot_mapping)
-    nd = meta.num_decode
-    if not meta.prefills:
-        return paged_decode_attention(
-            q,
-            k_cache,
-            v_cache,
-            meta.block_tables,
-            meta.context_lens,
-            meta.max_context_len,
-            scale,
-            meta.workspace,
-        )
     out = torch.empty_like(q)
-    if nd:
-        out[:nd] = paged_decode_attention(
-            q[:nd],
+    for g in meta.decode_groups:
+        out[g.start : g.end] = paged_decode_attention(
+            q[g.start : g.end],
             k_cache,
             v_cache,
-            meta.block_tables,
-            meta.context_lens,
-            meta.max_context_len,
+            g.block_tables,
+            g.context_lens,
             scale,
             meta.workspace,
         )

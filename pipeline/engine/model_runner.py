@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import torch
 
-from pipeline.engine.attention import AttentionMetadata, PrefillChunk
+from pipeline.engine.attention import AttentionMetadata, DecodeGroup, PrefillChunk
 from pipeline.engine.kv_cache import KVCache
 from pipeline.engine.model import CausalLM
 from pipeline.engine.sampler import Sampler, position_uniform
 from pipeline.engine.scheduler import ScheduledSequence
+
+# Decode rows are split into at most this many groups of similar context length, each at least
+# MIN_DECODE_GROUP rows: fewer padded slots to gather, at a few extra ops per layer.
+DECODE_GROUPS = 4
+MIN_DECODE_GROUP = 8
 
 
 class ModelRunner:
@@ -31,6 +36,7 @@ class ModelRunner:
         """Flatten the batch: decode sequences (one token each) first, then prefill chunks."""
         bs = self.block_size
         decodes = [s for s in scheduled if s.num_new_tokens == 1]
+        decodes.sort(key=lambda s: s.seq.num_computed_tokens)
         prefills = [s for s in scheduled if s.num_new_tokens > 1]
         input_ids: list[int] = []
         positions: list[int] = []
@@ -47,11 +53,15 @@ class ModelRunner:
             tables.append(seq.block_table)
             ctx_lens.append(pos + 1)
         meta = AttentionMetadata(slot_mapping=None, num_decode=len(decodes))  # type: ignore[arg-type]
-        if decodes:
-            width = max(len(t) for t in tables)
-            meta.block_tables = self._tensor([t + [0] * (width - len(t)) for t in tables])
-            meta.context_lens = self._tensor(ctx_lens)
-            meta.max_context_len = max(ctx_lens)
+        n = len(decodes)
+        num_groups = min(DECODE_GROUPS, -(-n // MIN_DECODE_GROUP))
+        for g in range(num_groups):
+            lo, hi = g * n // num_groups, (g + 1) * n // num_groups
+            width = max(len(t) for t in tables[lo:hi])
+            rows = [t + [0] * (width - len(t)) for t in tables[lo:hi]]
+            meta.decode_groups.append(
+                DecodeGroup(lo, hi, self._tensor(rows), self._tensor(ctx_lens[lo:hi]))
+            )
         for i, s in enumerate(decodes):
             if s.samples:
                 sample_rows.append(i)

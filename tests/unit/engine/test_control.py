@@ -209,3 +209,12 @@ def test_step_detector_finds_delimiters_that_straddle_tokens():
     assert det.feed(tail, 1) == (True, "")
     assert det.feed("", 3) == (True, "")
     assert det.feed("", 0) == (False, "a")
+
+
+def test_a_large_ragged_batch_decodes_like_each_sequence_alone(llama_dir):
+    # 20 sequences: decode attention splits them into length-sorted groups.
+    prompts = [prompt(n, seed=n) for n in range(3, 63, 3)]
+    greedy = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+    batched = make_engine(llama_dir, num_kv_blocks=256).generate(prompts, greedy)
+    for ids, out in zip(prompts, batched, strict=True):
+        assert out.token_ids == reference(llama_dir, ids, greedy)

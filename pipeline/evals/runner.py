@@ -54,6 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=None, help="write the JSON report here")
     parser.add_argument("--batch-size", type=int, default=64, help="prompts per engine call")
     parser.add_argument("--engine", choices=("native", "hf"), default="native")
+    parser.add_argument(
+        "--keep-completions", action="store_true", help="put every completion in the JSON"
+    )
     parser.add_argument("--dtype", default="float32")
 
 
@@ -126,7 +129,7 @@ def evaluate(args: argparse.Namespace) -> dict:
                 }
             )
     total_tokens = sum(c.num_tokens for c in completions)
-    return {
+    report = {
         "model": str(args.model),
         "engine": args.engine,
         "mode": args.mode,
@@ -143,6 +146,19 @@ def evaluate(args: argparse.Namespace) -> dict:
         "per_family": {fam: summarize(r) for fam, r in by_family.items()},
         "samples": dict(samples),
     }
+    if getattr(args, "keep_completions", False):
+        report["completions"] = [
+            {
+                "family": p.family,
+                "question": p.question,
+                "gold": p.answer,
+                "text": c.text,
+                "num_tokens": c.num_tokens,
+                "finish_reason": c.finish_reason,
+            }
+            for p, c in zip(problems, completions, strict=True)
+        ]
+    return report
 
 
 def format_table(report: dict) -> str:

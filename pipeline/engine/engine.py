@@ -201,10 +201,11 @@ class Engine:
         if seq is not None:
             self.scheduler.finish(seq, "abort")
 
-    def export_kv(self, request_id: str) -> KVExport:
-        """Copy out the sequence's computed K/V, contiguous, for a handoff."""
+    def export_kv(self, request_id: str, out: torch.Tensor | None = None) -> KVExport:
+        """Copy out the sequence's computed K/V, contiguous, for a handoff (into `out` if given:
+        [layers, 2, kv_heads, seq.num_computed_tokens, head_dim], e.g. shared memory)."""
         seq = self._get(request_id)
-        kv = self.kv_cache.export(seq.block_table, seq.num_computed_tokens)
+        kv = self.kv_cache.export(seq.block_table, seq.num_computed_tokens, out)
         return KVExport(seq.request_id, list(seq.token_ids), seq.num_prompt_tokens, kv, seq.seed)
 
     def import_kv(self, export: KVExport, params: SamplingParams) -> Sequence:
@@ -213,7 +214,7 @@ class Engine:
         if not 0 < n < len(export.token_ids):
             raise InvalidRequestError("an export must cover fewer tokens than the sequence has")
         mc = self.model_config
-        expected = (mc.num_hidden_layers, 2, n, mc.num_key_value_heads, mc.head_dim)
+        expected = (mc.num_hidden_layers, 2, mc.num_key_value_heads, n, mc.head_dim)
         if tuple(export.kv.shape) != expected:
             raise InvalidRequestError(f"KV shape {tuple(export.kv.shape)} != {expected}")
         prompt = export.token_ids[: export.num_prompt_tokens]

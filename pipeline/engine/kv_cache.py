@@ -8,8 +8,10 @@ import torch
 class KVCache:
     """All layers' K and V: [layers, 2, kv_heads, num_blocks, block_size, head_dim].
 
-    Head-major inside a layer (see attention.py for why). Exports use the wire layout
-    [layers, 2, tokens, kv_heads, head_dim] of DESIGN.md section 6.
+    Head-major inside a layer (see attention.py for why). Exports are head-major too,
+    [layers, 2, kv_heads, tokens, head_dim], so an export is one gather straight into the
+    handoff buffer and an import one scatter out of it (DESIGN.md section 6 drew the
+    token-major layout; that would cost a transpose copy on each side).
     """
 
     def __init__(
@@ -58,13 +60,19 @@ class KVCache:
         dst = torch.tensor([p[1] for p in pairs], device=self.kv.device)
         self.kv[:, :, :, dst] = self.kv[:, :, :, src]
 
-    def export(self, block_table: list[int], num_tokens: int) -> torch.Tensor:
-        """A sequence's first `num_tokens` tokens as [layers, 2, tokens, kv_heads, head_dim]."""
-        kv = self._flat().index_select(3, self._slots(block_table, num_tokens))
-        return kv.transpose(2, 3).contiguous()
+    def export(
+        self, block_table: list[int], num_tokens: int, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """A sequence's first `num_tokens` tokens: [layers, 2, kv_heads, tokens, head_dim].
+
+        With `out` (e.g. a shared-memory buffer of that shape), the gather writes into it.
+        """
+        slots = self._slots(block_table, num_tokens)
+        if out is None:
+            return self._flat().index_select(3, slots)
+        return torch.index_select(self._flat(), 3, slots, out=out)
 
     def import_(self, block_table: list[int], kv: torch.Tensor) -> None:
-        """Write [layers, 2, tokens, kv_heads, head_dim] into the slots of `block_table`."""
-        slots = self._slots(block_table, kv.shape[2])
-        kv = kv.to(device=self.kv.device, dtype=self.kv.dtype).transpose(2, 3)
-        self._flat().index_copy_(3, slots, kv)
+        """Write [layers, 2, kv_heads, tokens, head_dim] into the slots of `block_table`."""
+        slots = self._slots(block_table, kv.shape[3])
+        self._flat().index_copy_(3, slots, kv.to(device=self.kv.device, dtype=self.kv.dtype))

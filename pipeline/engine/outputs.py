@@ -46,14 +46,14 @@ class RequestOutput:
 
 @dataclass(slots=True)
 class KVExport:
-    """A sequence's tokens and the K/V of its first `kv.shape[2]` tokens."""
+    """A sequence's tokens and the K/V of its first `kv.shape[3]` tokens."""
 
     request_id: str
     token_ids: list[int]
     num_prompt_tokens: int
-    kv: torch.Tensor  # [layers, 2, tokens, kv_heads, head_dim]
+    kv: torch.Tensor  # [layers, 2, kv_heads, tokens, head_dim]
     seed: int
 
     @property
     def num_kv_tokens(self) -> int:
-        return int(self.kv.shape[2])
+        return int(self.kv.shape[3])

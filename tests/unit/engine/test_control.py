@@ -88,7 +88,7 @@ def test_export_import_continues_exactly(llama_dir):
     src.add(Request("r", ids, SAMPLED))
     run_until(src, "r", 1)  # prefill + first token, as a prefill worker does
     export = src.export_kv("r")
-    assert export.kv.shape == (2, 2, len(ids), 2, 16)  # [layers, 2, tokens, kv_heads, head_dim]
+    assert export.kv.shape == (2, 2, 2, len(ids), 16)  # [layers, 2, kv_heads, tokens, head_dim]
     src.abort("r")
     dst = make_engine(llama_dir, block_size=16)  # a different block size on purpose
     seq = dst.import_kv(export, SAMPLED)

@@ -3,8 +3,8 @@
 The shipped model came from two phases (see its MODEL_CARD.md for the measured figures):
 
     # phase 1: format and copying, two-digit-heavy problems (stopped at step 2550, 20.5 min)
-    OMP_NUM_THREADS=1 python tools/train_tiny_reasoner.py --level standard --seed 0 --max-steps 2550 \
-        --minutes 80 --out pipeline/assets/tiny-reasoner
+    OMP_NUM_THREADS=1 python tools/train_tiny_reasoner.py --level standard --seed 0 \
+        --minutes 80 --max-steps 2550 --out pipeline/assets/tiny-reasoner
     # phase 2: arithmetic, mostly one-digit operands, from the phase-1 weights (60 min)
     OMP_NUM_THREADS=1 python tools/train_tiny_reasoner.py --level easy --seed 1 \
         --minutes 60 --init pipeline/assets/tiny-reasoner --out pipeline/assets/tiny-reasoner

@@ -1,0 +1,293 @@
+"""Kafka wiring (aiokafka): producer with acks=all, and one at-least-once consume loop.
+
+Every stage consumes through `ConsumeLoop`: a record's offset is committed only after the
+stage has acknowledged it, which it does only after its own outputs were acknowledged by the
+broker. Work may finish out of order (decode finishes short jobs before long ones), so the
+`OffsetTracker` commits per partition only up to the lowest offset still in flight. A record
+that the stage cannot handle is passed to `on_poison` (which dead-letters it) and acknowledged:
+poison never blocks a partition. Backpressure pauses fetching instead of buffering, and
+`stop()` drains: no more fetching, in-flight work finishes, offsets are committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka.abc import ConsumerRebalanceListener
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class BusConfig:
+    """How a worker talks to Kafka."""
+
+    bootstrap_servers: str
+    client_id: str = "stepwise"
+    # The embedded broker answers a fetch only when data arrives or this wait expires:
+    # ~10 ms keeps a Kafka hop in the low milliseconds.
+    fetch_max_wait_ms: int = 10
+    max_poll_records: int = 64
+    request_timeout_ms: int = 30_000
+    session_timeout_ms: int = 10_000
+    heartbeat_interval_ms: int = 3_000
+    linger_ms: int = 0
+
+
+# -- offsets (pure) -------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _PartitionState:
+    in_flight: set[int] = field(default_factory=set)
+    next_offset: int = -1  # one past the highest offset fetched
+    committed: int = -1  # last offset value we committed (next record to read)
+
+
+class OffsetTracker:
+    """Per-partition in-flight offsets; what is safe to commit when work ends out of order."""
+
+    def __init__(self) -> None:
+        self._parts: dict[TopicPartition, _PartitionState] = {}
+
+    def start(self, tp: TopicPartition, offset: int) -> None:
+        st = self._parts.setdefault(tp, _PartitionState())
+        st.in_flight.add(offset)
+        st.next_offset = max(st.next_offset, offset + 1)
+
+    def done(self, tp: TopicPartition, offset: int) -> None:
+        st = self._parts.get(tp)
+        if st is not None:  # the partition may have been revoked meanwhile
+            st.in_flight.discard(offset)
+
+    def num_in_flight(self, tp: TopicPartition | None = None) -> int:
+        if tp is not None:
+            st = self._parts.get(tp)
+            return len(st.in_flight) if st else 0
+        return sum(len(st.in_flight) for st in self._parts.values())
+
+    def committable(self) -> dict[TopicPartition, int]:
+        """{partition: offset to commit} where the low watermark moved since the last commit."""
+        out = {}
+        for tp, st in self._parts.items():
+            if st.next_offset < 0:
+                continue
+            low = min(st.in_flight) if st.in_flight else st.next_offset
+            if low > st.committed:
+                out[tp] = low
+        return out
+
+    def mark_committed(self, offsets: dict[TopicPartition, int]) -> None:
+        for tp, off in offsets.items():
+            if tp in self._parts:
+                self._parts[tp].committed = off
+
+    def drop(self, tps: set[TopicPartition]) -> None:
+        for tp in tps:
+            self._parts.pop(tp, None)
+
+
+# -- producer -------------------------------------------------------------------------------
+
+
+class Producer:
+    """acks=all producer; `send` returns once the broker has the record."""
+
+    def __init__(self, config: BusConfig):
+        self._p = AIOKafkaProducer(
+            bootstrap_servers=config.bootstrap_servers,
+            client_id=config.client_id,
+            acks="all",
+            linger_ms=config.linger_ms,
+            request_timeout_ms=config.request_timeout_ms,
+        )
+
+    async def start(self) -> None:
+        await self._p.start()
+
+    async def stop(self) -> None:
+        await self._p.stop()
+
+    async def send(
+        self, topic: str, value: bytes, key: str | None = None, headers: list | None = None
+    ) -> None:
+        await self._p.send_and_wait(
+            topic, value, key=key.encode() if key is not None else None, headers=headers
+        )
+
+    async def send_many(self, items: list[tuple[str, str | None, bytes]]) -> None:
+        """Send (topic, key, value) records together; returns when all are acknowledged."""
+        futures = [
+            await self._p.send(t, v, key=k.encode() if k is not None else None) for t, k, v in items
+        ]
+        await asyncio.gather(*futures)
+
+
+# -- the consume loop -----------------------------------------------------------------------
+
+Ack = Callable[[], None]
+Handler = Callable[[ConsumerRecord, Ack], Awaitable[None]]
+PoisonHandler = Callable[[ConsumerRecord, BaseException], Awaitable[None]]
+
+
+class _Rebalance(ConsumerRebalanceListener):
+    def __init__(self, loop: ConsumeLoop):
+        self.loop = loop
+
+    async def on_partitions_revoked(self, revoked):
+        # Commit what is done before someone else owns these partitions; in-flight records
+        # will be redelivered to the new owner (duplicates are harmless: stages are idempotent).
+        await self.loop.commit()
+        self.loop.tracker.drop(set(revoked))
+
+    async def on_partitions_assigned(self, assigned):
+        return None
+
+
+class ConsumeLoop:
+    """At-least-once consumption for one stage.
+
+    `handler(record, ack)` must call `ack()` once the record's outputs are acknowledged; it may
+    do so later (decode acks when the job's Result is out). `should_pause()` is polled: while
+    it is true, fetching pauses (backpressure).
+    """
+
+    def __init__(
+        self,
+        config: BusConfig,
+        topics: list[str],
+        group_id: str,
+        handler: Handler,
+        on_poison: PoisonHandler,
+        should_pause: Callable[[], bool] = lambda: False,
+        max_in_flight: int = 256,
+        commit_interval_s: float = 0.05,
+    ):
+        self.config = config
+        self.topics = topics
+        self.group_id = group_id
+        self.handler = handler
+        self.on_poison = on_poison
+        self.should_pause = should_pause
+        self.max_in_flight = max_in_flight
+        self.commit_interval_s = commit_interval_s
+        self.tracker = OffsetTracker()
+        self.consumer: AIOKafkaConsumer | None = None
+        self._stopping = asyncio.Event()
+        self._paused = False
+        self.num_records = 0
+        self.num_poison = 0
+
+    async def start(self) -> None:
+        c = self.config
+        self.consumer = AIOKafkaConsumer(
+            bootstrap_servers=c.bootstrap_servers,
+            client_id=c.client_id,
+            group_id=self.group_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=c.fetch_max_wait_ms,
+            max_poll_records=c.max_poll_records,
+            request_timeout_ms=c.request_timeout_ms,
+            session_timeout_ms=c.session_timeout_ms,
+            heartbeat_interval_ms=c.heartbeat_interval_ms,
+        )
+        await self.consumer.start()
+        self.consumer.subscribe(self.topics, listener=_Rebalance(self))
+
+    async def commit(self) -> None:
+        offsets = self.tracker.committable()
+        if not offsets or self.consumer is None:
+            return
+        try:
+            await self.consumer.commit(offsets)
+            self.tracker.mark_committed(offsets)
+        except Exception as e:  # a rebalance in progress: the next commit retries
+            log.warning("commit failed (%s); will retry", e)
+
+    def _ack_for(self, record: ConsumerRecord) -> Ack:
+        tp = TopicPartition(record.topic, record.partition)
+        done = False
+
+        def ack() -> None:
+            nonlocal done
+            if not done:
+                done = True
+                self.tracker.done(tp, record.offset)
+
+        return ack
+
+    async def _dispatch(self, record: ConsumerRecord) -> None:
+        ack = self._ack_for(record)
+        self.num_records += 1
+        try:
+            await self.handler(record, ack)
+        except Exception as e:  # poison: dead-letter it and move on
+            self.num_poison += 1
+            log.warning(
+                "poison record %s:%d@%d: %r", record.topic, record.partition, record.offset, e
+            )
+            try:
+                await self.on_poison(record, e)
+            finally:
+                ack()
+
+    def _set_paused(self, paused: bool) -> None:
+        assert self.consumer is not None
+        if paused == self._paused:
+            return
+        parts = self.consumer.assignment()
+        if paused:
+            self.consumer.pause(*parts)
+        else:
+            self.consumer.resume(*parts)
+        self._paused = paused
+
+    async def run(self) -> None:
+        """Fetch and dispatch until stop(); then drain in-flight work and commit."""
+        if self.consumer is None:
+            await self.start()
+        assert self.consumer is not None
+        last_commit = asyncio.get_running_loop().time()
+        try:
+            while not self._stopping.is_set():
+                self._set_paused(
+                    self.should_pause() or self.tracker.num_in_flight() >= self.max_in_flight
+                )
+                batch = await self.consumer.getmany(
+                    timeout_ms=50, max_records=self.config.max_poll_records
+                )
+                for tp, records in batch.items():
+                    for record in records:
+                        self.tracker.start(tp, record.offset)
+                        await self._dispatch(record)
+                now = asyncio.get_running_loop().time()
+                if now - last_commit >= self.commit_interval_s:
+                    await self.commit()
+                    last_commit = now
+        finally:
+            await self.commit()
+
+    async def drain(self, timeout_s: float) -> bool:
+        """Wait until no record is in flight (or the timeout); True if fully drained."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while self.tracker.num_in_flight():
+            if asyncio.get_running_loop().time() >= deadline:
+                return False
+            await asyncio.sleep(0.01)
+        return True
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def close(self) -> None:
+        if self.consumer is not None:
+            with contextlib.suppress(Exception):
+                await self.commit()
+            await self.consumer.stop()
+            self.consumer = None

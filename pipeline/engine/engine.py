@@ -201,9 +201,13 @@ class Engine:
         if seq is not None:
             self.scheduler.finish(seq, "abort")
 
+    def export_shape(self, request_id: str) -> tuple[int, ...]:
+        """Shape of the buffer `export_kv(request_id, out=...)` fills (whole blocks)."""
+        return self.kv_cache.export_shape(self._get(request_id).num_computed_tokens)
+
     def export_kv(self, request_id: str, out: torch.Tensor | None = None) -> KVExport:
-        """Copy out the sequence's computed K/V, contiguous, for a handoff (into `out` if given:
-        [layers, 2, kv_heads, seq.num_computed_tokens, head_dim], e.g. shared memory)."""
+        """Copy out the sequence's computed K/V for a handoff, into `out` if given (shape
+        `export_shape(request_id)`, e.g. shared memory). `KVExport.kv` views its tokens."""
         seq = self._get(request_id)
         kv = self.kv_cache.export(seq.block_table, seq.num_computed_tokens, out)
         return KVExport(seq.request_id, list(seq.token_ids), seq.num_prompt_tokens, kv, seq.seed)

@@ -60,19 +60,40 @@ class KVCache:
         dst = torch.tensor([p[1] for p in pairs], device=self.kv.device)
         self.kv[:, :, :, dst] = self.kv[:, :, :, src]
 
+    def export_shape(self, num_tokens: int) -> tuple[int, ...]:
+        """Buffer shape for an export of `num_tokens`: whole blocks, [L, 2, KVH, tokens, D]."""
+        l, _, h, _, bs, d = self.kv.shape
+        return (l, 2, h, -(-num_tokens // bs) * bs, d)
+
     def export(
         self, block_table: list[int], num_tokens: int, out: torch.Tensor | None = None
     ) -> torch.Tensor:
         """A sequence's first `num_tokens` tokens: [layers, 2, kv_heads, tokens, head_dim].
 
-        With `out` (e.g. a shared-memory buffer of that shape), the gather writes into it.
+        Whole blocks are gathered (block-sized rows copy far faster than token-sized ones)
+        into `out` (shape `export_shape(num_tokens)`, e.g. shared memory) or a new tensor; the
+        result is a view of its first `num_tokens` tokens.
         """
-        slots = self._slots(block_table, num_tokens)
+        l, _, h, n, bs, d = self.kv.shape
+        shape = self.export_shape(num_tokens)
+        nb = shape[3] // bs
         if out is None:
-            return self._flat().index_select(3, slots)
-        return torch.index_select(self._flat(), 3, slots, out=out)
+            out = torch.empty(shape, dtype=self.kv.dtype, device=self.kv.device)
+        blocks = torch.tensor(block_table[:nb], dtype=torch.long, device=self.kv.device)
+        src = self.kv.view(l, 2, h, n, bs * d)
+        torch.index_select(src, 3, blocks, out=out.view(l, 2, h, nb, bs * d))
+        return out[:, :, :, :num_tokens]
 
     def import_(self, block_table: list[int], kv: torch.Tensor) -> None:
         """Write [layers, 2, kv_heads, tokens, head_dim] into the slots of `block_table`."""
-        slots = self._slots(block_table, kv.shape[3])
-        self._flat().index_copy_(3, slots, kv.to(device=self.kv.device, dtype=self.kv.dtype))
+        l, _, h, n, bs, d = self.kv.shape
+        kv = kv.to(device=self.kv.device, dtype=self.kv.dtype)
+        num_tokens = kv.shape[3]
+        full = num_tokens // bs
+        if full:  # whole blocks in one block-row scatter
+            blocks = torch.tensor(block_table[:full], dtype=torch.long, device=self.kv.device)
+            src = kv[:, :, :, : full * bs].reshape(l, 2, h, full, bs * d)
+            self.kv.view(l, 2, h, n, bs * d).index_copy_(3, blocks, src)
+        if num_tokens > full * bs:  # the partial last block, token by token
+            slots = self._slots(block_table, num_tokens)[full * bs :]
+            self._flat().index_copy_(3, slots, kv[:, :, :, full * bs :])

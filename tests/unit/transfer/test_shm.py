@@ -28,6 +28,7 @@ IMPORTER = textwrap.dedent(
     handle = KVHandle(**{**msg["handle"], "shape": tuple(msg["handle"]["shape"])})
     engine = Engine(EngineConfig(model=msg["model"], dtype="float32", num_kv_blocks=64))
     with ShmTransport().attach(handle) as kv:
+        kv = kv[:, :, :, : msg["num_kv_tokens"]]  # the buffer holds whole blocks
         export = KVExport("r", msg["token_ids"], msg["num_prompt_tokens"], kv, msg["seed"])
         seq = engine.import_kv(export, SamplingParams(**msg["params"]))
     while engine.has_unfinished():
@@ -51,14 +52,14 @@ def test_kv_crosses_processes_through_shm_and_decoding_continues_exactly(llama_d
     while seq.num_output_tokens < 1:  # prefill + first token, as a prefill worker does
         src.step()
     pool = ExportPool(ShmTransport(), "prefill-0", max_bytes=1 << 24)
-    shape = (2, 2, 2, seq.num_computed_tokens, 16)
-    handle, buf = pool.export(shape, torch.float32)
+    handle, buf = pool.export(src.export_shape("r"), torch.float32)
     src.export_kv("r", out=buf)  # gathered straight into shared memory
     msg = {
         "model": str(llama_dir),
         "handle": asdict(handle),
         "token_ids": seq.token_ids,
         "num_prompt_tokens": seq.num_prompt_tokens,
+        "num_kv_tokens": seq.num_computed_tokens,
         "seed": seq.seed,
         "params": {"temperature": 0.8, "seed": 77, "max_tokens": 24, "ignore_eos": True},
     }

@@ -178,7 +178,8 @@ class PrefillTask(msgspec.Struct, kw_only=True):
 
 
 class KVDescriptor(msgspec.Struct, kw_only=True):
-    """Where an exported KV buffer [layers, 2, tokens, kv_heads, head_dim] lives, until when."""
+    """Where an exported KV buffer lives and until when; its layout is the transport's
+    (pipeline/transfer: [layers, 2, kv_heads, tokens, head_dim], tokens padded to whole blocks)."""
 
     transport: Literal["shm", "cuda_ipc"]
     handle: Annotated[str, Meta(min_length=1, max_length=8192)]

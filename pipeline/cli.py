@@ -84,6 +84,97 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return runner.run(args)
 
 
+WORKER_CLASSES = {
+    "ingest": "pipeline.ingest.worker:IngestWorker",
+    "prefill": "pipeline.prefill.worker:PrefillWorker",
+    "decode": "pipeline.decode.worker:DecodeWorker",
+}
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    import asyncio
+    import importlib
+    import logging
+
+    from pipeline.config import PipelineConfig
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    module, _, cls = WORKER_CLASSES[args.name].partition(":")
+    worker = getattr(importlib.import_module(module), cls)(PipelineConfig.from_env())
+    asyncio.run(worker.run(install_signals=True))
+    return 0
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    import signal as _signal
+
+    from pipeline.config import PipelineConfig
+    from pipeline.stack import Stack
+
+    config = PipelineConfig.from_env(model=args.model)
+    stack = Stack(config, log_dir=args.log_dir)
+    print("starting services and workers ...", flush=True)
+    with stack:
+        for line in stack.describe():
+            print("  " + line)
+        print(f"  export STEPWISE_KAFKA={stack.services.bootstrap_servers}")
+        print(f"  export STEPWISE_REDIS={stack.services.redis_url}")
+        print("ready; Ctrl-C stops everything", flush=True)
+        try:
+            while all(p.poll() is None for p in stack.procs.values()):
+                _signal.sigtimedwait([_signal.SIGINT, _signal.SIGTERM], 1.0)
+                if _signal.sigpending() & {_signal.SIGINT, _signal.SIGTERM}:
+                    break
+        except KeyboardInterrupt:
+            pass
+        dead = [n for n, p in stack.procs.items() if p.poll() is not None]
+        if dead:
+            print(f"worker(s) exited: {', '.join(dead)}; stopping", file=sys.stderr)
+    return 0
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    import asyncio
+    import os
+    import uuid
+
+    from pipeline import schema
+    from pipeline.client import StepwiseClient
+
+    kafka = os.environ.get("STEPWISE_KAFKA")
+    if not kafka:
+        raise StepwiseError("set STEPWISE_KAFKA (`stepwise up` prints it)", code="no_services")
+    job = schema.Job(
+        id=args.id or f"cli-{uuid.uuid4().hex[:12]}",
+        prompt=args.problem,
+        params=schema.JobParams(
+            temperature=args.temperature, seed=args.seed, max_tokens=args.max_tokens
+        ),
+    )
+
+    async def go() -> int:
+        async with StepwiseClient(kafka, os.environ.get("STEPWISE_TOPIC_PREFIX", "stepwise.")) as c:
+            await c.submit(job)
+            print(f"submitted {job.id}", file=sys.stderr)
+            async for msg in c.follow({job.id}, timeout_s=args.timeout):
+                if isinstance(msg, schema.Event):
+                    if msg.kind == "step":
+                        print(f"  step {msg.step}: {msg.text}")
+                    elif msg.kind == "accepted":
+                        print("  accepted")
+                else:
+                    print(
+                        f"result: {msg.status}  answer={msg.answer!r}  "
+                        f"tokens={msg.usage.completion_tokens}  e2e={msg.timings.e2e_ms} ms"
+                    )
+                    if msg.error:
+                        print(f"  error [{msg.error.code}]: {msg.error.message}")
+                    return 0 if msg.status in ("ok", "cached") else 1
+        return 1
+
+    return asyncio.run(go())
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="stepwise",
@@ -135,6 +226,37 @@ def build_parser() -> argparse.ArgumentParser:
 
     runner.add_arguments(e)
     e.set_defaults(func=cmd_eval)
+
+    w = sub.add_parser(
+        "worker",
+        help="run one pipeline stage (services from STEPWISE_KAFKA / STEPWISE_REDIS)",
+        description="Run one pipeline stage until SIGTERM/SIGINT, which drains it.",
+    )
+    w.add_argument("name", choices=sorted(WORKER_CLASSES))
+    w.set_defaults(func=cmd_worker)
+
+    u = sub.add_parser(
+        "up",
+        help="run the whole pipeline locally (embedded Kafka-compatible broker + Redis)",
+        description="Start services (embedded unless STEPWISE_KAFKA/STEPWISE_REDIS are set), "
+        "create topics, start every worker, print where everything is; Ctrl-C stops all.",
+    )
+    u.add_argument("--model", default="tiny-reasoner")
+    u.add_argument("--log-dir", default=None, help="write worker and service logs here")
+    u.set_defaults(func=cmd_up)
+
+    s = sub.add_parser(
+        "submit",
+        help="publish one problem and print its steps and result",
+        description="Publish a Job to the running pipeline, stream its steps, print the Result.",
+    )
+    s.add_argument("problem")
+    s.add_argument("--id", default=None, help="job id (default: random)")
+    s.add_argument("--temperature", type=float, default=0.7)
+    s.add_argument("--seed", type=int, default=None)
+    s.add_argument("--max-tokens", type=int, default=None)
+    s.add_argument("--timeout", type=float, default=300.0)
+    s.set_defaults(func=cmd_submit)
     return parser
 
 

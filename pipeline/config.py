@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -43,3 +44,52 @@ class EngineConfig:
             raise ValueError("max_model_len must be at least 2")
         if not self.step_delimiter:
             raise ValueError("step_delimiter must not be empty")
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(f"STEPWISE_{name}") or default
+
+
+@dataclass(slots=True)
+class PipelineConfig:
+    """Where the pipeline's services are and how its stages behave (env: STEPWISE_*)."""
+
+    kafka: str = ""  # bootstrap servers; empty: `stepwise up` starts an embedded broker
+    redis: str = ""  # URL; empty: `stepwise up` starts an embedded redis-server
+    topic_prefix: str = "stepwise."
+    model: str = "tiny-reasoner"  # a path or a known name (see `stepwise models list`)
+    dtype: str = "auto"
+    worker_id: str = ""  # default: <stage>-<host>-<pid>
+    kv_transport: str = "shm"  # shm | cuda_ipc
+    export_pool_mb: int = 512  # prefill: bytes of KV leased out at once (backpressure above)
+    kv_lease_ms: int = 30_000  # prefill keeps an export this long unless the importer acks
+    job_state_ttl_s: int = 24 * 3600  # dedupe / done markers in Redis
+    max_prefill_batch: int = 16  # prefill: jobs prefilled together
+    max_decode_seqs: int = 64  # decode: sequences in the running batch
+    default_max_steps: int = 64  # budget when the controller has published none (issue 6)
+    default_max_thinking_tokens: int = 512
+    drain_timeout_s: float = 30.0  # SIGTERM: how long in-flight work may take to finish
+
+    def __post_init__(self) -> None:
+        if self.kv_transport not in ("shm", "cuda_ipc"):
+            raise ValueError(f"kv_transport must be shm or cuda_ipc, got {self.kv_transport!r}")
+        if self.export_pool_mb < 1 or self.max_prefill_batch < 1 or self.max_decode_seqs < 1:
+            raise ValueError("pool size and batch sizes must be positive")
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> PipelineConfig:
+        base = cls()
+        values = {
+            "kafka": _env("KAFKA", base.kafka),
+            "redis": _env("REDIS", base.redis),
+            "topic_prefix": _env("TOPIC_PREFIX", base.topic_prefix),
+            "model": _env("MODEL", base.model),
+            "dtype": _env("DTYPE", base.dtype),
+            "worker_id": _env("WORKER_ID", base.worker_id),
+            "kv_transport": _env("KV_TRANSPORT", base.kv_transport),
+            "export_pool_mb": int(_env("EXPORT_POOL_MB", str(base.export_pool_mb))),
+            "kv_lease_ms": int(_env("KV_LEASE_MS", str(base.kv_lease_ms))),
+            "max_decode_seqs": int(_env("MAX_DECODE_SEQS", str(base.max_decode_seqs))),
+        }
+        values.update(overrides)
+        return cls(**values)  # type: ignore[arg-type]

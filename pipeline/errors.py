@@ -7,11 +7,14 @@ class StepwiseError(Exception):
     """Base class: `code` is machine-readable, the message is for people."""
 
     code = "internal"
+    job_id: str | None = None  # the job it concerns, when known (for a rejected Result)
 
-    def __init__(self, message: str, *, code: str | None = None) -> None:
+    def __init__(self, message: str, *, code: str | None = None, job_id: str | None = None):
         super().__init__(message)
         if code is not None:
             self.code = code
+        if job_id is not None:
+            self.job_id = job_id
 
 
 class ModelLoadError(StepwiseError):

@@ -1,0 +1,167 @@
+"""`stepwise worker decode`: handoff -> (import KV, continuous batching) -> events, results.
+
+Each handoff's KV is imported into the running engine (or, if its buffer is gone, the prompt
+is prefilled again: same seed, same tokens). The engine runs in one thread; each tick starts
+new jobs, runs one engine step, and returns the events and finished Results, which the event
+loop publishes. A handoff's offset is acknowledged only after its Result is acknowledged by
+the broker, so a crashed decode worker's jobs are redelivered and redone (a decode request can
+be re-driven anywhere; unlike prefill, it holds no buffer another process waits on).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+
+import msgspec
+from aiokafka import ConsumerRecord
+
+from pipeline import schema
+from pipeline.bus import Ack
+from pipeline.config import EngineConfig
+from pipeline.decode.core import JobRun, finish, new_events
+from pipeline.engine import Engine, KVExport, Request
+from pipeline.engine.prepare import resolve_model
+from pipeline.errors import StepwiseError
+from pipeline.stage_params import sampling_params
+from pipeline.transfer import KVHandle, TransferExpiredError, get_transport
+from pipeline.worker import StageWorker, now_ms
+
+log = logging.getLogger(__name__)
+
+# (events to publish, finished (Result, reply topic, ack), KV buffers to ack (owner, handle))
+Tick = tuple[list[schema.Event], list[tuple[schema.Result, str | None, Ack]], list[tuple[str, str]]]
+
+
+class DecodeWorker(StageWorker):
+    stage = "decode"
+    input_stage = "handoff"
+
+    async def setup(self) -> None:
+        c = self.config
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode-engine")
+        path = resolve_model(c.model)
+        self.engine: Engine = await self._in_engine(
+            Engine, EngineConfig(model=str(path), dtype=c.dtype, max_num_seqs=c.max_decode_seqs)
+        )
+        self.transport = get_transport(c.kv_transport)
+        self.inbox: asyncio.Queue[tuple[schema.Handoff, Ack]] = asyncio.Queue()
+        self.runs: dict[str, tuple[JobRun, Ack]] = {}  # touched by the engine thread only
+        self.active: set[str] = set()  # ids queued or running (event loop only)
+        self.num_reprefills = 0
+        self._tasks.append(asyncio.create_task(self._decode_loop()))
+
+    async def _in_engine(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+
+    def should_pause(self) -> bool:
+        busy = len(self.runs) + self.inbox.qsize() >= self.config.max_decode_seqs
+        return busy or self.engine.block_manager.usage > 0.9
+
+    async def handle(self, record: ConsumerRecord, ack: Ack) -> None:
+        handoff = schema.decode(record.value or b"", schema.Handoff)
+        if handoff.id in self.active or await self.state.is_done(handoff.id):
+            ack()  # running here already, or its Result is out (a redelivery)
+            return
+        self.active.add(handoff.id)
+        await self.inbox.put((handoff, ack))
+
+    # -- the engine thread ------------------------------------------------------------------
+
+    def _start(self, h: schema.Handoff) -> tuple[JobRun, tuple[str, str] | None]:
+        engine = self.engine
+        limit = h.params.max_tokens or h.budget.max_thinking_tokens
+        limit = max(1, min(limit, engine.max_model_len - len(h.token_ids)))
+        params = sampling_params(h.params, seed=h.seed, max_tokens=limit)
+        kv_ack = None
+        seq = None
+        if h.kv is not None:
+            try:
+                seq, kv_ack = self._import(h, params), (h.kv.owner, h.kv.handle)
+            except (TransferExpiredError, StepwiseError) as e:
+                log.info("%s: KV import failed (%s); prefilling again", h.id, e)
+        if seq is None:
+            self.num_reprefills += 1
+            seq = engine.add(Request(h.id, list(h.token_ids), params))
+        return JobRun(h, seq, now_ms()), kv_ack
+
+    def _import(self, h: schema.Handoff, params):
+        d = h.kv
+        assert d is not None
+        itemsize = {"float32": 4, "bfloat16": 2, "float16": 2}[d.dtype]
+        padded = d.nbytes // (d.num_layers * 2 * d.num_kv_heads * d.head_dim * itemsize)
+        shape = (d.num_layers, 2, d.num_kv_heads, padded, d.head_dim)
+        handle = KVHandle(d.transport, d.handle, shape, d.dtype, d.nbytes, d.owner, d.expires_ms)
+        with self.transport.attach(handle) as buf:
+            export = KVExport(
+                h.id, [*h.token_ids, h.first_token], len(h.token_ids),
+                buf[:, :, :, : d.num_tokens], h.seed,
+            )  # fmt: skip
+            return self.engine.import_kv(export, params)
+
+    def _tick(self, new: list[tuple[schema.Handoff, Ack]]) -> Tick:
+        engine, tok = self.engine, self.engine.tokenizer
+        events: list[schema.Event] = []
+        results: list[tuple[schema.Result, str | None, Ack]] = []
+        kv_acks: list[tuple[str, str]] = []
+        for h, ack in new:
+            try:
+                run, kv_ack = self._start(h)
+            except Exception as e:  # this job cannot run here: it gets an error Result
+                log.exception("%s: cannot start", h.id)
+                err = e if isinstance(e, StepwiseError) else StepwiseError(repr(e))
+                result = msgspec.structs.replace(schema.rejected_result(h.id, err), status="error")
+                results.append((result, h.reply_topic, ack))
+                continue
+            self.runs[h.id] = (run, ack)
+            if kv_ack:
+                kv_acks.append(kv_ack)
+        if engine.has_unfinished():
+            engine.step()
+        t = now_ms()
+        for job_id, (run, ack) in list(self.runs.items()):
+            if run.seq.is_finished:
+                evs, result = finish(run, tok, t)
+                events.extend(evs)
+                results.append((result, run.handoff.reply_topic, ack))
+                del self.runs[job_id]
+            else:
+                events.extend(new_events(run, tok, t))
+        return events, results, kv_acks
+
+    # -- the event loop ---------------------------------------------------------------------
+
+    async def _decode_loop(self) -> None:
+        while True:
+            new = []
+            while not self.inbox.empty():
+                new.append(self.inbox.get_nowait())
+            if not new and not self.runs:
+                try:
+                    new.append(await asyncio.wait_for(self.inbox.get(), timeout=0.1))
+                except TimeoutError:
+                    continue
+            try:
+                await self._publish_tick(await self._in_engine(self._tick, new))
+            except Exception:  # keep serving; unacked jobs are redelivered if we die later
+                log.exception("decode tick failed")
+                await asyncio.sleep(0.5)
+
+    async def _publish_tick(self, tick: Tick) -> None:
+        events, results, kv_acks = tick
+        for owner, handle in kv_acks:
+            await self.state.ack_kv(owner, handle)
+        if events:
+            await self.producer.send_many(
+                [(self.topics.events, e.id, schema.encode(e)) for e in events]
+            )
+        for result, reply_topic, ack in results:
+            await self.publish_result(result, reply_topic)
+            await self.state.mark_done(result.id, self.worker_id)
+            self.active.discard(result.id)
+            ack()
+
+    async def teardown(self) -> None:
+        if hasattr(self, "executor"):
+            self.executor.shutdown(wait=True)

@@ -1,0 +1,159 @@
+"""`stepwise worker prefill`: prefill -> (batch prefill, first token, KV export) -> handoff.
+
+Prompts arriving together are prefilled in one engine batch; each sequence is paused after its
+first token, its KV is gathered straight into a leased shared-memory buffer, and the Handoff
+names that buffer. The buffer lives until the decode worker acks it or the lease expires.
+Unlike decode, a prefill export must be released: the pool is reaped on every loop and closed
+on shutdown, and when it is full the worker pauses its partitions (or, for a job already taken,
+hands off without KV so decode re-prefills).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import msgspec
+from aiokafka import ConsumerRecord
+
+from pipeline import schema
+from pipeline.bus import Ack
+from pipeline.config import EngineConfig
+from pipeline.engine import Engine, Request
+from pipeline.engine.prepare import resolve_model
+from pipeline.errors import StepwiseError
+from pipeline.stage_params import sampling_params
+from pipeline.transfer import ExportPool, ExportPoolFullError, get_transport
+from pipeline.worker import StageWorker
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Pending:
+    task: schema.PrefillTask
+    ack: Ack
+    received: float
+
+
+class PrefillWorker(StageWorker):
+    stage = "prefill"
+    input_stage = "prefill"
+
+    async def setup(self) -> None:
+        c = self.config
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefill-engine")
+        path = resolve_model(c.model)
+        self.engine = await self._in_engine(
+            Engine, EngineConfig(model=str(path), dtype=c.dtype, max_num_seqs=c.max_prefill_batch)
+        )
+        self.pool = ExportPool(
+            get_transport(c.kv_transport), self.worker_id, c.export_pool_mb << 20, c.kv_lease_ms
+        )
+        self.pending: asyncio.Queue[_Pending] = asyncio.Queue()
+        self._tasks.append(asyncio.create_task(self._prefill_loop()))
+
+    async def _in_engine(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+
+    def should_pause(self) -> bool:
+        return self.pool.used_bytes > 0.9 * self.pool.max_bytes or self.pending.qsize() >= 4 * (
+            self.config.max_prefill_batch
+        )
+
+    async def handle(self, record: ConsumerRecord, ack: Ack) -> None:
+        task = schema.decode(record.value or b"", schema.PrefillTask)
+        await self.pending.put(_Pending(task, ack, time.perf_counter()))
+
+    async def _release_acked(self) -> None:
+        for handle in await self.state.take_kv_acks(self.worker_id):
+            self.pool.ack(handle)
+        self.pool.reap()
+
+    async def _prefill_loop(self) -> None:
+        while True:
+            await self._release_acked()
+            try:
+                first = await asyncio.wait_for(self.pending.get(), timeout=0.1)
+            except TimeoutError:
+                continue
+            batch = [first]
+            while len(batch) < self.config.max_prefill_batch and not self.pending.empty():
+                batch.append(self.pending.get_nowait())
+            try:
+                handoffs = await self._in_engine(self._prefill_batch, batch)
+            except Exception as e:  # a bad batch must not kill the worker: dead-letter each job
+                log.exception("prefill batch failed")
+                for p in batch:
+                    await self._fail(p, e)
+                continue
+            for p, handoff in zip(batch, handoffs, strict=True):
+                await self.publish("handoff", handoff.id, handoff)
+                p.ack()
+
+    async def _fail(self, p: _Pending, exc: Exception) -> None:
+        err = exc if isinstance(exc, StepwiseError) else StepwiseError(f"prefill failed: {exc!r}")
+        result = msgspec.structs.replace(schema.rejected_result(p.task.id, err), status="error")
+        await self.publish_result(result, p.task.reply_topic)
+        p.ack()
+
+    def _prefill_batch(self, batch: list[_Pending]) -> list[schema.Handoff]:
+        """Engine thread: prefill every prompt, sample its first token, export its KV."""
+        engine = self.engine
+        seqs = []
+        for p in batch:
+            t = p.task
+            # Two tokens and no EOS stop, so the sequence is still alive after the first token.
+            params = sampling_params(t.params, max_tokens=2, ignore_eos=True)
+            rid = f"{t.id}@{time.monotonic_ns()}"  # a redelivered task may overlap a live one
+            seqs.append(engine.add(Request(rid, list(t.token_ids), params)))
+        first_logprob: dict[str, float] = {}
+        while any(s.num_output_tokens < 1 for s in seqs):
+            for out in engine.step():
+                engine.pause(out.request_id)  # stop after the first token: decode takes over
+                first_logprob[out.request_id] = out.logprob
+        handoffs = []
+        for p, seq in zip(batch, seqs, strict=True):
+            t = p.task
+            kv = None
+            try:
+                handle, buf = self.pool.export(engine.export_shape(seq.request_id), engine.dtype)
+                engine.export_kv(seq.request_id, out=buf)
+                mc = engine.model_config
+                kv = schema.KVDescriptor(
+                    transport=handle.transport,
+                    handle=handle.handle,
+                    num_tokens=seq.num_computed_tokens,
+                    num_layers=mc.num_hidden_layers,
+                    num_kv_heads=mc.num_key_value_heads,
+                    head_dim=mc.head_dim,
+                    dtype=handle.dtype,
+                    nbytes=handle.nbytes,
+                    owner=self.worker_id,
+                    expires_ms=handle.expires_ms,
+                )
+            except ExportPoolFullError:
+                log.warning("export pool full: %s goes to decode without KV", t.id)
+            first = seq.token_ids[seq.num_prompt_tokens]
+            engine.abort(seq.request_id)  # blocks stay in the prefix cache for the next prompt
+            handoffs.append(
+                schema.Handoff(
+                    **{f: getattr(t, f) for f in t.__struct_fields__},
+                    first_token=first,
+                    first_logprob=first_logprob[seq.request_id],
+                    kv=kv,
+                    prefill_worker=self.worker_id,
+                    prefill_ms=int((time.perf_counter() - p.received) * 1000),
+                    seed=seq.seed,
+                )
+            )
+        return handoffs
+
+    async def teardown(self) -> None:
+        if hasattr(self, "pool"):
+            self.pool.close()
+        if hasattr(self, "executor"):
+            self.executor.shutdown(wait=True)

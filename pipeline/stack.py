@@ -1,0 +1,90 @@
+"""`stepwise up`: the whole pipeline on one machine, embedded services where none are given."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from pipeline.config import PipelineConfig
+from pipeline.services import LocalServices, create_topics
+from pipeline.topics import Topics
+
+WORKERS = ("ingest", "prefill", "decode")
+
+
+class Stack:
+    """Services (embedded unless named by env) + topics + one process per worker."""
+
+    def __init__(self, config: PipelineConfig, workers: tuple[str, ...] = WORKERS, log_dir=None):
+        self.config = config
+        self.workers = workers
+        self.services = LocalServices(log_dir=log_dir)
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.log_dir = Path(log_dir) if log_dir else None
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "STEPWISE_KAFKA": self.services.bootstrap_servers,
+            "STEPWISE_REDIS": self.services.redis_url,
+            "STEPWISE_TOPIC_PREFIX": self.config.topic_prefix,
+            "STEPWISE_MODEL": self.config.model,
+            "STEPWISE_DTYPE": self.config.dtype,
+        }
+
+    def start(self) -> None:
+        self.services.start()
+        import asyncio
+
+        topics = Topics(self.config.topic_prefix)
+        parts = topics.partitions()
+        asyncio.run(create_topics(self.services.bootstrap_servers, list(parts), parts))
+        for name in self.workers:
+            self.start_worker(name)
+
+    def start_worker(self, name: str) -> subprocess.Popen:
+        out = None
+        if self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            out = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 (lives with the child)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pipeline.cli", "worker", name],
+            env=self.env,
+            stdout=out,
+            stderr=subprocess.STDOUT if out else None,
+        )
+        self.procs[name] = proc
+        return proc
+
+    def describe(self) -> list[str]:
+        lines = self.services.describe()
+        lines += [f"worker {n:<8} pid {p.pid}" for n, p in self.procs.items()]
+        return lines
+
+    def stop(self, timeout: float = 30.0) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)  # drain, then exit
+        deadline = time.monotonic() + timeout
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        self.services.stop()
+
+    def __enter__(self) -> Stack:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

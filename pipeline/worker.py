@@ -1,0 +1,148 @@
+"""The shell every stage worker shares: Kafka in and out, Redis, dead letters, drain on SIGTERM.
+
+A stage subclasses `StageWorker`, says which topic it reads (`input_stage`), and implements
+`handle(record, ack)`; the base owns the consume loop (pipeline/bus.py), the producer, the
+Redis client, the dead-letter path, and the shutdown order: stop fetching, let in-flight work
+finish (or hand it back by not committing it), commit, close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import time
+
+from aiokafka import ConsumerRecord
+from redis.asyncio import Redis
+
+from pipeline import schema
+from pipeline.bus import Ack, BusConfig, ConsumeLoop, Producer
+from pipeline.config import PipelineConfig
+from pipeline.errors import StepwiseError
+from pipeline.jobstate import JobState
+from pipeline.topics import Topics
+
+log = logging.getLogger(__name__)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class StageWorker:
+    stage = "stage"
+    input_stage = "jobs"
+
+    def __init__(self, config: PipelineConfig):
+        if not config.kafka or not config.redis:
+            raise StepwiseError(
+                "no Kafka/Redis given: set STEPWISE_KAFKA and STEPWISE_REDIS, or use `stepwise up`",
+                code="no_services",
+            )
+        self.config = config
+        self.worker_id = config.worker_id or f"{self.stage}-{socket.gethostname()}-{os.getpid()}"
+        self.topics = Topics(config.topic_prefix)
+        self.bus_config = BusConfig(bootstrap_servers=config.kafka, client_id=self.worker_id)
+        self.producer = Producer(self.bus_config)
+        self.redis = Redis.from_url(config.redis)
+        self.state = JobState(
+            self.redis, prefix=f"{config.topic_prefix}state:", ttl_s=config.job_state_ttl_s
+        )
+        self.loop: ConsumeLoop | None = None
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+
+    # -- for subclasses ---------------------------------------------------------------------
+
+    async def setup(self) -> None:
+        """Load models, start background tasks (append them to self._tasks)."""
+
+    async def handle(self, record: ConsumerRecord, ack: Ack) -> None:
+        raise NotImplementedError
+
+    def should_pause(self) -> bool:
+        return False
+
+    async def teardown(self) -> None:
+        """Release what setup() took (after the consume loop has drained)."""
+
+    # -- outputs ----------------------------------------------------------------------------
+
+    async def publish(self, stage: str, key: str, msg: object) -> None:
+        await self.producer.send(self.topics.name(stage), schema.encode(msg), key=key)
+
+    async def publish_result(self, result: schema.Result, reply_topic: str | None = None) -> None:
+        data = schema.encode(result)
+        items = [(self.topics.results, result.id, data)]
+        if reply_topic and reply_topic != self.topics.results:
+            items.append((reply_topic, result.id, data))
+        await self.producer.send_many(items)
+
+    async def on_poison(self, record: ConsumerRecord, exc: BaseException) -> None:
+        """Dead-letter a record this stage cannot use; reject its job if the id is readable."""
+        err = exc if isinstance(exc, StepwiseError) else StepwiseError(repr(exc))
+        dl = schema.dead_letter(
+            topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            key=record.key,
+            payload=record.value or b"",
+            error=err,
+            stage=self.stage,
+        )
+        await self.publish("dlq", dl.job_id or "", dl)
+        job_id = getattr(err, "job_id", None) or schema.peek_job_id(
+            record.value or b"", schema.content_type_of(record.headers)
+        )
+        if job_id:
+            await self.publish_result(schema.rejected_result(job_id, err))
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def run(self, install_signals: bool = False) -> None:
+        await self.producer.start()
+        try:
+            await self.setup()
+            self.loop = ConsumeLoop(
+                self.bus_config,
+                [self.topics.name(self.input_stage)],
+                group_id=f"{self.config.topic_prefix}{self.stage}",
+                handler=self.handle,
+                on_poison=self.on_poison,
+                should_pause=self.should_pause,
+            )
+            await self.loop.start()
+            if install_signals:
+                running = asyncio.get_running_loop()
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    running.add_signal_handler(sig, self.stop)
+            consume = asyncio.create_task(self.loop.run())
+            log.info("%s ready: %s -> %s", self.worker_id, self.input_stage, self.stage)
+            await self._stop.wait()
+            # Drain: stop fetching, finish in-flight work, commit what finished.
+            self.loop.stop()
+            await consume
+            drained = await self.loop.drain(self.config.drain_timeout_s)
+            if not drained:
+                log.warning(
+                    "%s: drain timed out; unfinished records will be redelivered", self.worker_id
+                )
+            await self.loop.commit()
+        finally:
+            for task in self._tasks:
+                task.cancel()
+            for task in self._tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            await self.teardown()
+            if self.loop is not None:
+                await self.loop.close()
+            await self.producer.stop()
+            await self.redis.aclose()

@@ -51,25 +51,40 @@ class StepwiseClient:
         await self.producer.send(self.topics.jobs, schema.encode(job), key=job.id)
 
     async def follow(
-        self, job_ids: set[str], timeout_s: float = 300.0
+        self, job_ids: set[str], timeout_s: float = 300.0, grace_s: float = 2.0
     ) -> AsyncIterator[schema.Event | schema.Result]:
-        """Events and Results of these jobs, in arrival order, until every Result is in."""
+        """Events and Results of these jobs until every Result is in.
+
+        Events and Results travel on different topics, so a Result can overtake its job's
+        last events: after an ok Result, reading goes on until that job's `final` event is in
+        (or `grace_s` passes).
+        """
         assert self.consumer is not None
+        loop = asyncio.get_running_loop()
         waiting = set(job_ids)
-        deadline = asyncio.get_running_loop().time() + timeout_s
-        while waiting:
-            left = deadline - asyncio.get_running_loop().time()
-            if left <= 0:
+        finals: dict[str, float] = {}  # ok Results still missing their final event -> deadline
+        deadline = loop.time() + timeout_s
+        while waiting or finals:
+            now = loop.time()
+            finals = {k: t for k, t in finals.items() if t > now}
+            if not waiting and not finals:
+                break
+            if now >= deadline:
                 raise TimeoutError(f"no Result within {timeout_s}s for {sorted(waiting)[:5]}")
-            batch = await self.consumer.getmany(timeout_ms=int(min(left, 0.2) * 1000))
+            batch = await self.consumer.getmany(timeout_ms=int(min(deadline - now, 0.2) * 1000))
             for tp, records in batch.items():
                 for r in records:
                     key = r.key.decode() if r.key else ""
-                    if key not in waiting:
+                    if key not in job_ids:
                         continue
                     if tp.topic == self.topics.results:
                         result = schema.decode(r.value, schema.Result)
+                        if result.id in waiting and result.status == "ok":
+                            finals[result.id] = loop.time() + grace_s
                         waiting.discard(result.id)
                         yield result
                     else:
-                        yield schema.decode(r.value, schema.Event)
+                        event = schema.decode(r.value, schema.Event)
+                        if event.kind == "final":
+                            finals.pop(event.id, None)
+                        yield event

@@ -1,0 +1,157 @@
+"""The pipeline on a real broker and Redis: ingest, prefill and decode workers in one process.
+
+Jobs in -> exactly one Result per job id out, Events gap-free per job, KV handed from prefill to
+decode through shared memory, bad input dead-lettered while the partition keeps flowing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import uuid
+
+import pytest
+import pytest_asyncio
+from aiokafka import AIOKafkaConsumer
+
+from pipeline import schema
+from pipeline.client import StepwiseClient
+from pipeline.config import PipelineConfig
+from pipeline.decode.worker import DecodeWorker
+from pipeline.ingest.worker import IngestWorker
+from pipeline.prefill.worker import PrefillWorker
+
+PROBLEMS = [f"What is {a} + {b}?" for a, b in ((3, 4), (12, 7), (25, 17), (8, 9), (40, 2), (6, 6))]
+
+
+@pytest_asyncio.fixture
+async def stack(kafka_bootstrap, redis_url, topics):
+    """The three workers as asyncio tasks sharing this test's topics."""
+    config = PipelineConfig(
+        kafka=kafka_bootstrap,
+        redis=redis_url,
+        topic_prefix=topics.prefix,
+        model="tiny-reasoner",
+        dtype="float32",
+        drain_timeout_s=10,
+    )
+    workers = [IngestWorker(config), PrefillWorker(config), DecodeWorker(config)]
+    tasks = [asyncio.create_task(w.run()) for w in workers]
+    yield config, workers
+    for w in workers:
+        w.stop()
+    for t in tasks:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(t, 60)
+
+
+def job(i: int, **kw) -> schema.Job:
+    params = schema.JobParams(temperature=0.7, seed=i, max_tokens=120)
+    return schema.Job(
+        id=f"job-{uuid.uuid4().hex[:8]}-{i}", prompt=PROBLEMS[i % 6], params=params, **kw
+    )
+
+
+async def run_jobs(config, jobs, extra=(), timeout_s=240):
+    """Submit jobs (plus raw `extra` records) and collect events and Results per job id."""
+    events: dict[str, list[schema.Event]] = {}
+    results: dict[str, list[schema.Result]] = {}
+    async with StepwiseClient(config.kafka, config.topic_prefix) as client:
+        for raw_key, raw_value, headers in extra:
+            await client.producer.send(client.topics.jobs, raw_value, key=raw_key, headers=headers)
+        for j in jobs:
+            await client.submit(j)
+        ids = {j.id for j in jobs}
+        async for msg in client.follow(ids, timeout_s=timeout_s):
+            bucket = events if isinstance(msg, schema.Event) else results
+            bucket.setdefault(msg.id, []).append(msg)
+    return events, results
+
+
+@pytest.mark.slow
+async def test_n_jobs_in_exactly_n_results_out_with_gap_free_events(stack):
+    config, (ingest, prefill, decode) = stack
+    jobs = [job(i) for i in range(8)]
+    events, results = await run_jobs(config, jobs)
+    assert set(results) == {j.id for j in jobs}
+    for j in jobs:
+        (result,) = results[j.id]
+        assert result.status == "ok", result.error
+        assert result.usage.completion_tokens > 0 and result.usage.prompt_tokens > 0
+        assert result.steps and result.text
+        seqs = [e.seq for e in events[j.id]]
+        assert seqs == list(range(len(seqs))), seqs  # gap-free, in order, from 0
+        assert events[j.id][0].kind == "accepted" and events[j.id][-1].kind == "final"
+        steps = [e.text for e in events[j.id] if e.kind == "step"]
+        assert steps == [s.text for s in result.steps]
+    # The KV crossed processes' memory through shm: decode imported it, nothing re-prefilled.
+    assert decode.num_reprefills == 0
+
+
+@pytest.mark.slow
+async def test_duplicate_job_ids_get_one_result(stack):
+    config, (ingest, _, _) = stack
+    j = job(1)
+    dup = schema.encode(j)
+    extra = [(j.id, dup, None), (j.id, dup, None)]  # the same job published three times
+    events, results = await run_jobs(config, [j], extra=extra)
+    await asyncio.sleep(1.0)  # give a wrongly duplicated Result time to show up
+    async with StepwiseClient(config.kafka, config.topic_prefix) as client:
+        consumer = AIOKafkaConsumer(
+            client.topics.results, bootstrap_servers=config.kafka, auto_offset_reset="earliest"
+        )
+        await consumer.start()
+        try:
+            batch = await consumer.getmany(timeout_ms=2000)
+            ids = [r.key.decode() for rs in batch.values() for r in rs]
+        finally:
+            await consumer.stop()
+    assert ids.count(j.id) == 1
+    assert ingest.num_duplicates == 2
+
+
+@pytest.mark.slow
+async def test_bad_input_is_dead_lettered_and_the_partition_keeps_flowing(stack):
+    config, _ = stack
+    good = job(2)
+    too_long = schema.Job(id=f"long-{uuid.uuid4().hex[:6]}", prompt="1 + 1 = 2. " * 400)
+    bad = [
+        ("k1", b"\xc1\xff not msgpack", None),  # undecodable
+        ("k2", schema.encode_json(good)[:-5], [("content-type", b"application/json")]),
+        ("k3", json.dumps({"id": "bad id!", "prompt": "x"}).encode(), None),  # bad id chars
+        ("k4", json.dumps({"v": 9, "id": "v9-job", "prompt": "x"}).encode(), None),
+        ("k5", json.dumps({"id": "types-job", "prompt": 5}).encode(), None),  # wrong type
+        ("k6", json.dumps({"id": "missing-job"}).encode(), None),  # no prompt
+        ("k7", schema.encode(too_long), None),  # longer than the model's context
+    ]
+    events, results = await run_jobs(config, [good], extra=bad)
+    assert results[good.id][0].status == "ok"
+
+    consumer = AIOKafkaConsumer(
+        f"{config.topic_prefix}dlq",
+        f"{config.topic_prefix}results",
+        bootstrap_servers=config.kafka,
+        auto_offset_reset="earliest",
+    )
+    await consumer.start()
+    try:
+        dead, rejected = [], {}
+        deadline = asyncio.get_running_loop().time() + 20
+        while len(dead) < len(bad) and asyncio.get_running_loop().time() < deadline:
+            for tp, recs in (await consumer.getmany(timeout_ms=500)).items():
+                for r in recs:
+                    if tp.topic.endswith("dlq"):
+                        dead.append(schema.decode(r.value, schema.DeadLetter))
+                    else:
+                        res = schema.decode(r.value, schema.Result)
+                        rejected[res.id] = res
+    finally:
+        await consumer.stop()
+    assert len(dead) == len(bad)
+    codes = {d.code for d in dead}
+    assert {"undecodable", "bad_id", "unsupported_version", "invalid_field"} <= codes
+    assert "prompt_too_long" in codes
+    for job_id in ("v9-job", "types-job", "missing-job", too_long.id):
+        assert rejected[job_id].status == "rejected" and rejected[job_id].error is not None
+    assert rejected[too_long.id].error.code == "prompt_too_long"

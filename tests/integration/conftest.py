@@ -1,0 +1,147 @@
+"""Services for integration tests (DESIGN.md §11), shared by every test under this folder.
+
+Each service comes, in order, from: the environment (`STEPWISE_KAFKA`, `STEPWISE_REDIS`),
+testcontainers when it is installed and a Docker engine answers, else an embedded process on
+a free port. The same test bodies run on every path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from pipeline import services
+from pipeline.topics import STAGES, Topics
+
+_HERE = Path(__file__).parent
+TEST_PARTITIONS = 3  # >1, so per-partition ordering is exercised; small, so creation is quick
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if _HERE in Path(item.path).parents:
+            item.add_marker(pytest.mark.integration)
+
+
+@contextlib.contextmanager
+def _docker_container(kind: str) -> Iterator[str | None]:
+    """Address of a testcontainers Kafka/Redis, or None when that path is unavailable."""
+    try:
+        import docker
+
+        docker.from_env(timeout=3).ping()
+        if kind == "kafka":
+            from testcontainers.kafka import KafkaContainer as Container
+        else:
+            from testcontainers.redis import RedisContainer as Container
+    except Exception:  # not installed, or no engine answers: quietly use the next path
+        yield None
+        return
+    with Container() as c:
+        if kind == "kafka":
+            yield c.get_bootstrap_server()
+        else:
+            yield f"redis://{c.get_container_host_ip()}:{c.get_exposed_port(6379)}/0"
+
+
+@contextlib.contextmanager
+def _service(kind: str) -> Iterator[tuple[str, str]]:
+    """(address, origin) where origin is "env", "docker" or "embedded"."""
+    kafka, redis = services.services_from_env()
+    from_env = kafka if kind == "kafka" else redis
+    if from_env:
+        yield from_env, "env"
+        return
+    with _docker_container(kind) as addr:
+        if addr:
+            yield addr, "docker"
+            return
+    embedded = services.EmbeddedKafka() if kind == "kafka" else services.EmbeddedRedis()
+    with embedded:
+        addr = embedded.bootstrap_servers if kind == "kafka" else embedded.url
+        yield addr, "embedded"
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> Iterator[str]:
+    with _service("kafka") as (bootstrap, _origin):
+        yield bootstrap
+
+
+@pytest.fixture(scope="session")
+def group_options(kafka_bootstrap: str) -> dict[str, int]:
+    """Consumer-group timeouts: short on Tansu, Kafka's minimum session (6 s) elsewhere."""
+    found = asyncio.run(services.group_options_for(kafka_bootstrap))
+    return found or {"session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    with _service("redis") as (url, _origin):
+        yield url
+
+
+@pytest.fixture
+def topics(kafka_bootstrap: str) -> Iterator[Topics]:
+    """Fresh topics under a unique prefix, so tests never see each other's messages."""
+    names = Topics(f"test.{uuid.uuid4().hex[:10]}.")
+    counts = names.partitions(dict.fromkeys(STAGES, TEST_PARTITIONS))
+    asyncio.run(services.create_topics(kafka_bootstrap, names.all(), counts))
+    yield names
+    asyncio.run(_delete_topics(kafka_bootstrap, names.all()))
+
+
+async def _delete_topics(bootstrap: str, names: tuple[str, ...]) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
+    await admin.start()
+    try:
+        await admin.delete_topics(list(names), timeout_ms=5000)
+    except Exception:  # best effort: a shared broker keeps a few stray test topics
+        pass
+    finally:
+        await admin.close()
+
+
+@pytest.fixture
+def redis_prefix() -> str:
+    """Key prefix owned by one test; its keys are deleted after the test."""
+    return f"test:{uuid.uuid4().hex[:10]}:"
+
+
+def _delete_prefix(url: str, prefix: str) -> None:
+    import redis
+
+    with redis.Redis.from_url(url, socket_timeout=5) as client:
+        keys = list(client.scan_iter(match=prefix + "*", count=500))
+        if keys:
+            client.delete(*keys)
+
+
+@pytest.fixture
+def redis_client(redis_url: str, redis_prefix: str) -> Iterator[object]:
+    """A sync `redis.Redis`; keys under `redis_prefix` are removed afterwards."""
+    import redis
+
+    client = redis.Redis.from_url(redis_url, socket_timeout=5)
+    yield client
+    client.close()
+    _delete_prefix(redis_url, redis_prefix)
+
+
+@pytest_asyncio.fixture
+async def aredis_client(redis_url: str, redis_prefix: str):
+    """A `redis.asyncio.Redis`; keys under `redis_prefix` are removed afterwards."""
+    import redis.asyncio
+
+    client = redis.asyncio.Redis.from_url(redis_url, socket_timeout=5)
+    yield client
+    await client.aclose()
+    _delete_prefix(redis_url, redis_prefix)

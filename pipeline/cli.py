@@ -100,8 +100,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     module, _, cls = WORKER_CLASSES[args.name].partition(":")
-    worker = getattr(importlib.import_module(module), cls)(PipelineConfig.from_env())
-    asyncio.run(worker.run(install_signals=True))
+    worker_cls = getattr(importlib.import_module(module), cls)
+
+    async def serve() -> None:
+        # aiokafka clients must be created inside the running event loop.
+        await worker_cls(PipelineConfig.from_env()).run(install_signals=True)
+
+    asyncio.run(serve())
     return 0
 
 

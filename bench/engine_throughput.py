@@ -339,6 +339,20 @@ def match(a: list[list[int]], b: list[list[int]]) -> dict[str, float]:
     return {"exact": exact / len(a), "prefix": prefix / len(a)}
 
 
+def git_commit() -> str | None:
+    """The checkout's commit (+ "-dirty"), so a figure can be tied to the code it measured."""
+    try:
+        rev = subprocess.run(
+            ["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return rev.stdout.strip() or None
+
+
 def load_avg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
@@ -472,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
     dims = model_dims(path)
     reqs = make_requests(args.num_requests, args.seed, dims["vocab"])
     print(
-        f"model {path}; threads {args.threads}; load {load_avg()} "
+        f"model {path}; commit {git_commit()}; threads {args.threads}; load {load_avg()} "
         f"(benchmarks need an otherwise idle machine: {os.cpu_count()} CPUs)"
     )
     summary: dict = {
@@ -482,6 +496,7 @@ def main(argv: list[str] | None = None) -> int:
         "num_requests": len(reqs),
         "seed": args.seed,
         "load_avg": load_avg(),
+        "commit": git_commit(),
     }
     for dtype in args.dtypes.split(","):
         fig = bench_dtype(args, path, dims, reqs, dtype)

@@ -15,6 +15,8 @@ cache) and exits within ~0-2 s of SIGTERM. Quirks seen with aiokafka 0.14, librd
 * Topics are auto-created on first produce (with a broker-chosen partition count), so
   create them explicitly first. CreateTopics on an existing topic answers
   TOPIC_ALREADY_EXISTS (36), which `create_topics` treats as success.
+* A port already in use makes tansu log AddrInUse and exit with code 0 (a worker thread
+  panics), within ~0.5 s; `start` then retries on another free port.
 * No idempotent or transactional producer: InitProducerId fails (UnknownError). Use
   `acks="all"` with `enable_idempotence=False`, which is aiokafka's default.
 * Consumer groups: JoinGroup is held back for about half the session timeout before a group
@@ -153,6 +155,7 @@ class EmbeddedService:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=self.log_dir,
+                env={**os.environ, "NO_COLOR": "1"},  # plain log lines (tansu's tracing)
                 # Own process group: a terminal's Ctrl-C reaches only us, and we stop the
                 # services last, after the workers that use them have drained.
                 process_group=0,

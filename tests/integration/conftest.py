@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -43,11 +44,23 @@ def _docker_container(kind: str) -> Iterator[str | None]:
     except Exception:  # not installed, or no engine answers: quietly use the next path
         yield None
         return
-    with Container() as c:
+    container = Container()
+    try:
+        container.start()
+    except Exception as exc:  # e.g. the image cannot be pulled: say so, then use embedded
+        warnings.warn(f"testcontainers {kind} did not start ({exc}); using embedded", stacklevel=1)
+        with contextlib.suppress(Exception):
+            container.stop()
+        yield None
+        return
+    try:
         if kind == "kafka":
-            yield c.get_bootstrap_server()
+            yield container.get_bootstrap_server()
         else:
-            yield f"redis://{c.get_container_host_ip()}:{c.get_exposed_port(6379)}/0"
+            host, port = container.get_container_host_ip(), container.get_exposed_port(6379)
+            yield f"redis://{host}:{port}/0"
+    finally:
+        container.stop()
 
 
 @contextlib.contextmanager

@@ -26,7 +26,9 @@ cache) and exits within ~0-2 s of SIGTERM. Quirks seen with aiokafka 0.14, librd
   rebalance normally (~1-2 s). Short group timeouts (`EMBEDDED_GROUP_OPTIONS`) make joins
   ~1 s instead of ~5-13 s (and ~24 s for librdkafka's 45 s default session). Apache Kafka
   rejects sessions under 6 s (`group.min.session.timeout.ms`), so use them only against
-  Tansu: `group_options_for(bootstrap)` picks by the broker's cluster id.
+  Tansu: `group_options_for(bootstrap)` picks by the broker's cluster id. A 1 s session
+  suits tests and light consumers; a worker whose event loop can block for ~1 s (a model
+  step) should keep a longer one, or it is evicted and its partitions rebalanced.
 * A fetch is answered when `fetch_max_wait_ms` runs out, not when data arrives, so
   produce-to-consume p50 is about half of it plus a few ms: 7.5 / 53 / 253 ms at 10 / 100 /
   500 ms. Hence `fetch_max_wait_ms` ~10 ms on the embedded broker (DESIGN.md §5).

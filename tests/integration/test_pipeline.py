@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 import uuid
 
 import pytest
@@ -155,3 +156,52 @@ async def test_bad_input_is_dead_lettered_and_the_partition_keeps_flowing(stack)
     for job_id in ("v9-job", "types-job", "missing-job", too_long.id):
         assert rejected[job_id].status == "rejected" and rejected[job_id].error is not None
     assert rejected[too_long.id].error.code == "prompt_too_long"
+
+
+@pytest.mark.slow
+async def test_a_json_job_from_librdkafka_is_served_and_read_back_with_it(stack):
+    """confluent-kafka (librdkafka, a client nobody here wrote) on both ends."""
+    from confluent_kafka import Consumer, Producer
+
+    config, _ = stack
+    job_id = f"rdkafka-{uuid.uuid4().hex[:8]}"
+    body = {
+        "id": job_id,
+        "prompt": "What is 5 + 6?",
+        "params": {"temperature": 0, "max_tokens": 80},
+    }
+    consumer = Consumer(
+        {
+            "bootstrap.servers": config.kafka,
+            "group.id": f"rd-{job_id}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([f"{config.topic_prefix}results"])
+    producer = Producer({"bootstrap.servers": config.kafka, "acks": "all"})
+    producer.produce(
+        f"{config.topic_prefix}jobs",
+        json.dumps(body).encode(),
+        key=job_id,
+        headers=[("content-type", b"application/json")],
+    )
+    assert producer.flush(10) == 0
+
+    def read_result():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            if msg.key() == job_id.encode():
+                return msg.value()
+        return None
+
+    try:
+        raw = await asyncio.to_thread(read_result)
+    finally:
+        consumer.close()
+    assert raw is not None, "no Result within 120 s"
+    result = schema.decode(raw, schema.Result)
+    assert result.id == job_id and result.status == "ok" and result.text

@@ -34,8 +34,8 @@ class BusConfig:
     fetch_max_wait_ms: int = 10
     max_poll_records: int = 64
     request_timeout_ms: int = 30_000
-    session_timeout_ms: int = 10_000
-    heartbeat_interval_ms: int = 3_000
+    session_timeout_ms: int = 6_000  # Apache Kafka's minimum; Tansu gets shorter (services.py)
+    heartbeat_interval_ms: int = 1_000
     linger_ms: int = 0
 
 
@@ -119,6 +119,10 @@ class Producer:
         await self._p.send_and_wait(
             topic, value, key=key.encode() if key is not None else None, headers=headers
         )
+
+    async def send_later(self, topic: str, value: bytes, key: str | None = None) -> asyncio.Future:
+        """Queue a record; the returned future resolves when the broker acknowledges it."""
+        return await self._p.send(topic, value, key=key.encode() if key is not None else None)
 
     async def send_many(self, items: list[tuple[str, str | None, bytes]]) -> None:
         """Send (topic, key, value) records together; returns when all are acknowledged."""

@@ -180,6 +180,12 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return asyncio.run(go())
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    from pipeline import demo
+
+    return demo.main(args.n, args.seed, args.model)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="stepwise",
@@ -262,6 +268,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-tokens", type=int, default=None)
     s.add_argument("--timeout", type=float, default=300.0)
     s.set_defaults(func=cmd_submit)
+
+    d = sub.add_parser(
+        "demo",
+        help="send held-out problems through the pipeline and print a summary",
+        description="Send held-out problems through the pipeline (started locally unless "
+        "STEPWISE_KAFKA is set), stream one job's steps, print accuracy, latency and tokens.",
+    )
+    d.add_argument("--n", type=int, default=24, help="number of problems")
+    d.add_argument("--seed", type=int, default=7)
+    d.add_argument("--model", default="tiny-reasoner")
+    d.set_defaults(func=cmd_demo)
     return parser
 
 

@@ -65,7 +65,9 @@ START_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 5.0
 # Consumer settings for the embedded broker (see the module docstring for why).
 EMBEDDED_FETCH_MAX_WAIT_MS = 10
-EMBEDDED_GROUP_OPTIONS = {"session_timeout_ms": 1000, "heartbeat_interval_ms": 200}
+# Tansu holds a join for about half the session timeout, so short sessions make start-up and
+# fail-over fast; 3 s still leaves room for a worker whose event loop is briefly busy.
+EMBEDDED_GROUP_OPTIONS = {"session_timeout_ms": 3000, "heartbeat_interval_ms": 500}
 _TOPIC_ALREADY_EXISTS = 36
 
 

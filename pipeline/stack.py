@@ -63,7 +63,8 @@ class Stack:
 
     def describe(self) -> list[str]:
         lines = self.services.describe()
-        lines += [f"worker {n:<8} pid {p.pid}" for n, p in self.procs.items()]
+        where = f", log {self.log_dir}/<name>.log" if self.log_dir else ""
+        lines += [f"worker {n:<8} pid {p.pid}{where}" for n, p in self.procs.items()]
         return lines
 
     def stop(self, timeout: float = 30.0) -> None:

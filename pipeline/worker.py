@@ -19,7 +19,7 @@ import time
 from aiokafka import ConsumerRecord
 from redis.asyncio import Redis
 
-from pipeline import schema
+from pipeline import schema, services
 from pipeline.bus import Ack, BusConfig, ConsumeLoop, Producer
 from pipeline.config import PipelineConfig
 from pipeline.errors import StepwiseError
@@ -109,6 +109,8 @@ class StageWorker:
     async def run(self, install_signals: bool = False) -> None:
         await self.producer.start()
         try:
+            for name, value in (await services.group_options_for(self.config.kafka)).items():
+                setattr(self.bus_config, name, value)
             await self.setup()
             self.loop = ConsumeLoop(
                 self.bus_config,

@@ -50,6 +50,7 @@ class DecodeWorker(StageWorker):
         self.runs: dict[str, tuple[JobRun, Ack]] = {}  # touched by the engine thread only
         self.active: set[str] = set()  # ids queued or running (event loop only)
         self.num_reprefills = 0
+        self._unacked: list[asyncio.Future] = []  # event sends not yet acknowledged
         self._tasks.append(asyncio.create_task(self._decode_loop()))
 
     async def _in_engine(self, fn, *args):
@@ -152,10 +153,17 @@ class DecodeWorker(StageWorker):
         events, results, kv_acks = tick
         for owner, handle in kv_acks:
             await self.state.ack_kv(owner, handle)
-        if events:
-            await self.producer.send_many(
-                [(self.topics.events, e.id, schema.encode(e)) for e in events]
+        # Events stream without waiting for their acks (the next engine step goes on), but a
+        # job's Result waits until every event published before it is acknowledged.
+        for e in events:
+            self._unacked.append(
+                await self.producer.send_later(self.topics.events, schema.encode(e), e.id)
             )
+        if results and self._unacked:
+            await asyncio.gather(*self._unacked)
+            self._unacked.clear()
+        elif len(self._unacked) > 4096:
+            self._unacked = [f for f in self._unacked if not f.done()]
         for result, reply_topic, ack in results:
             await self.publish_result(result, reply_topic)
             await self.state.mark_done(result.id, self.worker_id)

@@ -153,6 +153,9 @@ class ExportPool:
         for lease in self._leases.values():
             self._free(lease)
         self._leases.clear()
+        close = getattr(self.transport, "close", None)
+        if close is not None:  # e.g. unlink recycled shared-memory segments
+            close()
 
     def _free(self, lease: _Lease) -> None:
         self.used_bytes -= lease.handle.nbytes

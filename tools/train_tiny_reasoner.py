@@ -70,6 +70,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--no-bf16", action="store_true", help="train in fp32 (bf16 autocast is ~2x faster)"
     )
     p.add_argument("--mark-step", type=int, default=0, help="--plot: draw the phase boundary")
+    p.add_argument("--ship-step", type=int, default=0, help="--plot: mark the shipped checkpoint")
     p.add_argument(
         "--plot",
         metavar="PNG",
@@ -78,7 +79,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def plot_curve(log_csv: Path, png: Path, mark_step: int = 0) -> None:
+def plot_curve(log_csv: Path, png: Path, mark_step: int = 0, ship_step: int = 0) -> None:
     """Training and validation loss by optimizer step (tools-only dependency: matplotlib)."""
     import matplotlib
 
@@ -90,9 +91,16 @@ def plot_curve(log_csv: Path, png: Path, mark_step: int = 0) -> None:
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
     ax.plot(steps, [float(r["train_loss"]) for r in rows], lw=1, label="train (mean over 50 steps)")
     val = [(int(r["step"]), float(r["val_loss"])) for r in rows if r["val_loss"]]
-    ax.plot(*zip(*val, strict=True), "o-", ms=3, label="held-out (seed 999999, 256 problems)")
+    ax.plot(
+        *zip(*val, strict=True),
+        "o-",
+        ms=3,
+        label="held-out (seed 999999, 256 problems, the phase's level)",
+    )
     if mark_step:
         ax.axvline(mark_step, color="gray", ls="--", lw=1, label=f"phase 2 from step {mark_step}")
+    if ship_step:
+        ax.axvline(ship_step, color="green", ls=":", lw=1.5, label=f"shipped: step {ship_step}")
     ax.set_yscale("log")
     ax.set_xlabel("optimizer step (batch 16)")
     ax.set_ylabel("loss per solution token (nats)")
@@ -199,7 +207,9 @@ def save(model, out: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.plot:
-        plot_curve(Path(args.out) / "train_log.csv", Path(args.plot), args.mark_step)
+        plot_curve(
+            Path(args.out) / "train_log.csv", Path(args.plot), args.mark_step, args.ship_step
+        )
         return 0
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)

@@ -35,11 +35,19 @@ class EngineBackend:
     ) -> list[Completion]:
         from pipeline.engine import SamplingParams
 
+        # A prompt that leaves no room in the context is a failed problem, not a failed run.
+        ids = [self.engine.encode_prompt(p) for p in prompts]
+        fits = [i for i, x in enumerate(ids) if len(x) < self.engine.max_model_len]
         params = [
-            SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=s) for s in seeds
+            SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=seeds[i])
+            for i in fits
         ]
-        outs = self.engine.generate(prompts, params)
-        return [Completion(o.text, len(o.token_ids), o.finish_reason) for o in outs]
+        outs = self.engine.generate([ids[i] for i in fits], params) if fits else []
+        done = {
+            i: Completion(o.text, len(o.token_ids), o.finish_reason)
+            for i, o in zip(fits, outs, strict=True)
+        }
+        return [done.get(i, Completion("", 0, "prompt_too_long")) for i in range(len(prompts))]
 
 
 class HFBackend:
@@ -61,8 +69,28 @@ class HFBackend:
     def generate(
         self, prompts: list[str], temperature: float, max_tokens: int, seeds: list[int]
     ) -> list[Completion]:
+        context = self.model.config.max_position_embeddings
+        fits = [i for i, p in enumerate(prompts) if len(self.tok(p)["input_ids"]) < context]
+        done = (
+            dict(
+                zip(
+                    fits,
+                    self._generate([prompts[i] for i in fits], temperature, max_tokens, seeds[:1]),
+                    strict=True,
+                )
+            )
+            if fits
+            else {}
+        )
+        return [done.get(i, Completion("", 0, "prompt_too_long")) for i in range(len(prompts))]
+
+    def _generate(
+        self, prompts: list[str], temperature: float, max_tokens: int, seeds: list[int]
+    ) -> list[Completion]:
         torch, tok = self.torch, self.tok
         enc = tok(prompts, return_tensors="pt", padding=True).to(self.device)
+        width = enc["input_ids"].shape[1]
+        max_tokens = min(max_tokens, self.model.config.max_position_embeddings - width)
         sample = temperature > 0
         if sample:
             torch.manual_seed(seeds[0] if seeds else 0)  # per batch: HF has no per-row seeds
@@ -77,7 +105,6 @@ class HFBackend:
                 pad_token_id=tok.pad_token_id,
                 eos_token_id=tok.eos_token_id,
             )
-        width = enc["input_ids"].shape[1]
         comps = []
         for row in out[:, width:].tolist():
             ids = []

@@ -3,7 +3,7 @@ import argparse
 import pytest
 
 from pipeline.evals import runner
-from pipeline.evals.backends import Completion
+from pipeline.evals.backends import Completion, EngineBackend
 from pipeline.evals.scoring import score_trace
 from pipeline.evals.tasks import load_problems, parse_tasks
 
@@ -73,3 +73,31 @@ def test_summary_and_table():
     }
     table = runner.format_table(report)
     assert "arith" in table and "50.0%" in table
+
+
+class _StubEngine:
+    """Just enough of pipeline.engine.Engine for EngineBackend: echo, context of 10 tokens."""
+
+    max_model_len = 10
+
+    def encode_prompt(self, prompt):
+        return list(range(len(prompt)))
+
+    def generate(self, prompts, params):
+        from types import SimpleNamespace
+
+        return [
+            SimpleNamespace(
+                text=f"len {len(p)} seed {sp.seed}", token_ids=[1, 2], finish_reason="stop"
+            )
+            for p, sp in zip(prompts, params, strict=True)
+        ]
+
+
+def test_engine_backend_skips_prompts_that_do_not_fit():
+    backend = EngineBackend.__new__(EngineBackend)
+    backend.engine = _StubEngine()
+    outs = backend.generate(["abc", "x" * 10, "abcdefghi"], 0.7, 5, [7, 8, 9])
+    assert [o.finish_reason for o in outs] == ["stop", "prompt_too_long", "stop"]
+    assert outs[0].text == "len 3 seed 7" and outs[2].text == "len 9 seed 9"
+    assert outs[1].num_tokens == 0 and outs[1].text == ""

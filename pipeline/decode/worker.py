@@ -51,7 +51,9 @@ class DecodeWorker(StageWorker):
         self.active: set[str] = set()  # ids queued or running (event loop only)
         self.num_reprefills = 0
         self._unacked: list[asyncio.Future] = []  # event sends not yet acknowledged
+        self.outbox: asyncio.Queue[Tick] = asyncio.Queue(maxsize=64)
         self._tasks.append(asyncio.create_task(self._decode_loop()))
+        self._tasks.append(asyncio.create_task(self._publish_loop()))
 
     async def _in_engine(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
@@ -144,21 +146,37 @@ class DecodeWorker(StageWorker):
                 except TimeoutError:
                     continue
             try:
-                await self._publish_tick(await self._in_engine(self._tick, new))
+                tick = await self._in_engine(self._tick, new)
             except Exception:  # keep serving; unacked jobs are redelivered if we die later
                 log.exception("decode tick failed")
                 await asyncio.sleep(0.5)
+                continue
+            # Publishing happens beside the engine, not between its steps: the next step starts
+            # while this one's events and Results wait for the broker.
+            await self.outbox.put(tick)
+
+    async def _publish_loop(self) -> None:
+        while True:
+            tick = await self.outbox.get()
+            delay = 0.1
+            while True:
+                try:
+                    await self._publish_tick(tick)
+                    break
+                except Exception:  # broker trouble: retry (a repeated event is harmless)
+                    log.exception("publishing failed; retrying in %.1fs", delay)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 5.0)
 
     async def _publish_tick(self, tick: Tick) -> None:
         events, results, kv_acks = tick
         for owner, handle in kv_acks:
             await self.state.ack_kv(owner, handle)
-        # Events stream without waiting for their acks (the next engine step goes on), but a
-        # job's Result waits until every event published before it is acknowledged.
+        # Events stream without waiting for their acks, but a job's Result waits until every
+        # event published before it is acknowledged.
         for e in events:
-            self._unacked.append(
-                await self.producer.send_later(self.topics.events, schema.encode(e), e.id)
-            )
+            fut = await self.producer.send_later(self.topics.events, schema.encode(e), e.id)
+            self._unacked.append(fut)
         if results and self._unacked:
             await asyncio.gather(*self._unacked)
             self._unacked.clear()

@@ -1,0 +1,220 @@
+"""Pipeline overhead: the same jobs through the engine in-process and through the full pipeline.
+
+    python bench/pipeline_overhead.py [--n 64] [--model tiny-reasoner] [--hops 200]
+
+One run, same problems, same seeds, same sampling:
+  * engine-only: `Engine` in this process, every request added at once (saturation);
+  * pipeline: ingest, prefill and decode worker processes on the local stack (embedded
+    Kafka-compatible broker + Redis), every job published at once after a warm-up job;
+  * Kafka hop: produce -> consume latency of single records on the same broker;
+  * KV handoff: shared-memory export + import vs a plain memcpy of the same bytes
+    (bench/kv_handoff.py, SmolLM2's KV shape when it is prepared, else the tiny reasoner's).
+Targets (issue 4): pipeline throughput >= 85% of engine-only, hop p50 < 5 ms, handoff >= 50%
+of memcpy. Worker processes get one torch thread each, and so does the engine-only side
+(`--threads`). The last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pipeline import schema  # noqa: E402
+from pipeline.bus import BusConfig  # noqa: E402
+from pipeline.client import StepwiseClient  # noqa: E402
+from pipeline.config import EngineConfig, PipelineConfig  # noqa: E402
+from pipeline.engine import Engine, Request, SamplingParams  # noqa: E402
+from pipeline.engine.prepare import resolve_model  # noqa: E402
+from pipeline.evals.tasks import load_problems  # noqa: E402
+from pipeline.stack import Stack  # noqa: E402
+
+MAX_TOKENS = 256
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+
+
+def engine_only(model: str, problems, threads: int) -> dict:
+    import torch
+
+    torch.set_num_threads(threads)
+    engine = Engine(EngineConfig(model=str(resolve_model(model)), dtype="float32"))
+    engine.generate(["Q: 1 + 1\n"], SamplingParams(temperature=0, max_tokens=8))  # warm-up
+    t0 = time.perf_counter()
+    done: dict[str, float] = {}
+    seqs = []
+    for i, p in enumerate(problems):
+        ids = engine.encode_prompt([{"role": "user", "content": " ".join(p.question.split())}])
+        params = SamplingParams(temperature=0.7, seed=i, max_tokens=MAX_TOKENS)
+        seqs.append(engine.add(Request(f"e{i}", ids, params)))
+    while engine.has_unfinished():
+        for out in engine.step():
+            if out.finished:
+                done[out.request_id] = time.perf_counter() - t0
+    wall = time.perf_counter() - t0
+    tokens = sum(s.num_output_tokens for s in seqs)
+    lat = [v * 1000 for v in done.values()]
+    return {
+        "wall_s": wall,
+        "tokens": tokens,
+        "tokens_per_s": tokens / wall,
+        "jobs_per_s": len(seqs) / wall,
+        "p50_ms": pct(lat, 0.5),
+        "p99_ms": pct(lat, 0.99),
+    }
+
+
+async def pipeline_run(kafka: str, prefix: str, problems) -> dict:
+    async with StepwiseClient(kafka, prefix) as client:
+        warm = schema.Job(id=f"warm-{uuid.uuid4().hex[:6]}", prompt="1 + 1")
+        await client.submit(warm)
+        async for _ in client.follow({warm.id}, timeout_s=300):
+            pass
+        tag = uuid.uuid4().hex[:6]
+        jobs = [
+            schema.Job(
+                id=f"bench-{tag}-{i}",
+                prompt=" ".join(p.question.split()),
+                params=schema.JobParams(temperature=0.7, seed=i, max_tokens=MAX_TOKENS),
+                created_ms=int(time.time() * 1000),
+            )
+            for i, p in enumerate(problems)
+        ]
+        t0 = time.perf_counter()
+        for j in jobs:
+            await client.submit(j)
+        results = {}
+        async for msg in client.follow({j.id for j in jobs}, timeout_s=1200, grace_s=0):
+            if isinstance(msg, schema.Result):
+                results[msg.id] = (msg, time.perf_counter() - t0)
+        wall = max(t for _, t in results.values())
+    tokens = sum(r.usage.completion_tokens for r, _ in results.values())
+    lat = [t * 1000 for _, t in results.values()]
+    return {
+        "wall_s": wall,
+        "tokens": tokens,
+        "tokens_per_s": tokens / wall,
+        "jobs_per_s": len(results) / wall,
+        "p50_ms": pct(lat, 0.5),
+        "p99_ms": pct(lat, 0.99),
+        "ok": sum(r.status == "ok" for r, _ in results.values()),
+    }
+
+
+async def hop_latency(kafka: str, n: int) -> dict:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    from pipeline.services import create_topics
+
+    topic = f"bench-hop-{uuid.uuid4().hex[:6]}"
+    await create_topics(kafka, [topic], 1)
+    producer = AIOKafkaProducer(bootstrap_servers=kafka, acks="all")
+    wait = BusConfig(bootstrap_servers=kafka).fetch_max_wait_ms  # what the workers use
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=kafka, fetch_max_wait_ms=wait)
+    await producer.start()
+    await consumer.start()
+    await consumer.seek_to_end()
+    lat = []
+    try:
+        for i in range(n):
+            t = time.perf_counter()
+            await producer.send_and_wait(topic, str(i).encode())
+            while True:
+                batch = await consumer.getmany(timeout_ms=1000)
+                if any(batch.values()):
+                    break
+            lat.append((time.perf_counter() - t) * 1000)
+    finally:
+        await consumer.stop()
+        await producer.stop()
+    return {"p50_ms": statistics.median(lat), "p95_ms": pct(lat, 0.95)}
+
+
+def handoff(threads: int) -> dict:
+    import subprocess
+
+    model = "smollm2"
+    try:
+        resolve_model(model, prepare=False)
+    except Exception:
+        model = "tiny-reasoner"
+    out = subprocess.run(
+        [sys.executable, str(Path(__file__).parent / "kv_handoff.py"), "--model", model,
+         "--threads", str(threads)],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    print(out.stdout.rstrip())
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument("--model", default="tiny-reasoner")
+    # One torch thread per process on both sides: with two cores and a shared machine, two
+    # OpenMP threads per process mostly wait on each other (measured: 3-5x slower under load).
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--hops", type=int, default=200)
+    args = ap.parse_args()
+    problems = load_problems("indist", args.n, args.seed)
+    load0 = os.getloadavg()[0]
+
+    print(f"engine-only: {args.n} jobs ...", flush=True)
+    eng = engine_only(args.model, problems, args.threads)
+    os.environ["OMP_NUM_THREADS"] = "1"  # worker processes: one torch thread each
+    config = PipelineConfig.from_env(model=args.model, dtype="float32")
+    print(f"pipeline: {args.n} jobs ...", flush=True)
+    import tempfile
+
+    with Stack(config, log_dir=tempfile.mkdtemp(prefix="bench-pipeline-")) as stack:
+        kafka = stack.services.bootstrap_servers
+        pipe = asyncio.run(pipeline_run(kafka, config.topic_prefix, problems))
+        hop = asyncio.run(hop_latency(kafka, args.hops))
+    ho = handoff(args.threads)
+
+    ratio = pipe["tokens_per_s"] / eng["tokens_per_s"]
+    print(f"\n{'':<14}{'tokens/s':>10}{'jobs/s':>9}{'p50 ms':>10}{'p99 ms':>10}{'tokens':>8}")
+    for name, r in (("engine-only", eng), ("pipeline", pipe)):
+        print(
+            f"{name:<14}{r['tokens_per_s']:>10.1f}{r['jobs_per_s']:>9.2f}"
+            f"{r['p50_ms']:>10.0f}{r['p99_ms']:>10.0f}{r['tokens']:>8}"
+        )
+    print(f"pipeline / engine throughput: {ratio:.2f}  (target >= 0.85)")
+    print(f"Kafka hop p50 {hop['p50_ms']:.2f} ms, p95 {hop['p95_ms']:.2f} ms  (target p50 < 5)")
+    print(f"KV handoff vs memcpy: {ho['handoff_vs_memcpy']:.2f}  (target >= 0.5)")
+    print(
+        json.dumps(
+            {
+                "bench": "pipeline_overhead",
+                "n": args.n,
+                "engine_tokens_per_s": round(eng["tokens_per_s"], 2),
+                "pipeline_tokens_per_s": round(pipe["tokens_per_s"], 2),
+                "throughput_ratio": round(ratio, 3),
+                "engine_p50_ms": round(eng["p50_ms"]),
+                "engine_p99_ms": round(eng["p99_ms"]),
+                "pipeline_p50_ms": round(pipe["p50_ms"]),
+                "pipeline_p99_ms": round(pipe["p99_ms"]),
+                "hop_p50_ms": round(hop["p50_ms"], 2),
+                "handoff_vs_memcpy": ho["handoff_vs_memcpy"],
+                "pipeline_ok": pipe["ok"],
+                "load_avg_start": round(load0, 2),
+                "load_avg_end": round(os.getloadavg()[0], 2),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -15,13 +15,16 @@ import os
 import signal
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from aiokafka import ConsumerRecord
 from redis.asyncio import Redis
 
 from pipeline import schema, services
 from pipeline.bus import Ack, BusConfig, ConsumeLoop, Producer
-from pipeline.config import PipelineConfig
+from pipeline.config import EngineConfig, PipelineConfig
+from pipeline.engine import Engine
+from pipeline.engine.prepare import resolve_model
 from pipeline.errors import StepwiseError
 from pipeline.jobstate import JobState
 from pipeline.topics import Topics
@@ -148,3 +151,24 @@ class StageWorker:
                 await self.loop.close()
             await self.producer.stop()
             await self.redis.aclose()
+
+
+class EngineStageWorker(StageWorker):
+    """A stage that owns an Engine (prefill, decode). The engine lives on one thread of its
+    own, so steps never block the event loop (and its group heartbeats); every engine call goes
+    through `in_engine`."""
+
+    async def start_engine(self, max_num_seqs: int) -> Engine:
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.stage}-engine")
+        path = resolve_model(self.config.model)
+        config = EngineConfig(model=str(path), dtype=self.config.dtype, max_num_seqs=max_num_seqs)
+        self.engine: Engine = await self.in_engine(Engine, config)
+        return self.engine
+
+    async def in_engine(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+
+    async def teardown(self) -> None:
+        executor = getattr(self, "executor", None)
+        if executor is not None:
+            executor.shutdown(wait=True)

@@ -12,21 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from concurrent.futures import ThreadPoolExecutor
 
 import msgspec
 from aiokafka import ConsumerRecord
 
 from pipeline import schema
 from pipeline.bus import Ack
-from pipeline.config import EngineConfig
 from pipeline.decode.core import JobRun, finish, new_events
-from pipeline.engine import Engine, KVExport, Request
-from pipeline.engine.prepare import resolve_model
+from pipeline.engine import KVExport, Request
 from pipeline.errors import StepwiseError
 from pipeline.stage_params import sampling_params
 from pipeline.transfer import KVHandle, TransferExpiredError, get_transport
-from pipeline.worker import StageWorker, now_ms
+from pipeline.worker import EngineStageWorker, now_ms
 
 log = logging.getLogger(__name__)
 
@@ -34,18 +31,13 @@ log = logging.getLogger(__name__)
 Tick = tuple[list[schema.Event], list[tuple[schema.Result, str | None, Ack]], list[tuple[str, str]]]
 
 
-class DecodeWorker(StageWorker):
+class DecodeWorker(EngineStageWorker):
     stage = "decode"
     input_stage = "handoff"
 
     async def setup(self) -> None:
-        c = self.config
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode-engine")
-        path = resolve_model(c.model)
-        self.engine: Engine = await self._in_engine(
-            Engine, EngineConfig(model=str(path), dtype=c.dtype, max_num_seqs=c.max_decode_seqs)
-        )
-        self.transport = get_transport(c.kv_transport)
+        await self.start_engine(self.config.max_decode_seqs)
+        self.transport = get_transport(self.config.kv_transport)
         self.inbox: asyncio.Queue[tuple[schema.Handoff, Ack]] = asyncio.Queue()
         self.runs: dict[str, tuple[JobRun, Ack]] = {}  # touched by the engine thread only
         self.active: set[str] = set()  # ids queued or running (event loop only)
@@ -54,9 +46,6 @@ class DecodeWorker(StageWorker):
         self.outbox: asyncio.Queue[Tick] = asyncio.Queue(maxsize=64)
         self._tasks.append(asyncio.create_task(self._decode_loop()))
         self._tasks.append(asyncio.create_task(self._publish_loop()))
-
-    async def _in_engine(self, fn, *args):
-        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
     def should_pause(self) -> bool:
         busy = len(self.runs) + self.inbox.qsize() >= self.config.max_decode_seqs
@@ -146,7 +135,7 @@ class DecodeWorker(StageWorker):
                 except TimeoutError:
                     continue
             try:
-                tick = await self._in_engine(self._tick, new)
+                tick = await self.in_engine(self._tick, new)
             except Exception:  # keep serving; unacked jobs are redelivered if we die later
                 log.exception("decode tick failed")
                 await asyncio.sleep(0.5)
@@ -187,7 +176,3 @@ class DecodeWorker(StageWorker):
             await self.state.mark_done(result.id, self.worker_id)
             self.active.discard(result.id)
             ack()
-
-    async def teardown(self) -> None:
-        if hasattr(self, "executor"):
-            self.executor.shutdown(wait=True)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import msgspec
@@ -21,13 +20,11 @@ from aiokafka import ConsumerRecord
 
 from pipeline import schema
 from pipeline.bus import Ack
-from pipeline.config import EngineConfig
-from pipeline.engine import Engine, Request
-from pipeline.engine.prepare import resolve_model
+from pipeline.engine import Request
 from pipeline.errors import StepwiseError
 from pipeline.stage_params import sampling_params
 from pipeline.transfer import ExportPool, ExportPoolFullError, get_transport
-from pipeline.worker import StageWorker
+from pipeline.worker import EngineStageWorker
 
 log = logging.getLogger(__name__)
 
@@ -39,25 +36,18 @@ class _Pending:
     received: float
 
 
-class PrefillWorker(StageWorker):
+class PrefillWorker(EngineStageWorker):
     stage = "prefill"
     input_stage = "prefill"
 
     async def setup(self) -> None:
         c = self.config
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefill-engine")
-        path = resolve_model(c.model)
-        self.engine = await self._in_engine(
-            Engine, EngineConfig(model=str(path), dtype=c.dtype, max_num_seqs=c.max_prefill_batch)
-        )
+        await self.start_engine(c.max_prefill_batch)
         self.pool = ExportPool(
             get_transport(c.kv_transport), self.worker_id, c.export_pool_mb << 20, c.kv_lease_ms
         )
         self.pending: asyncio.Queue[_Pending] = asyncio.Queue()
         self._tasks.append(asyncio.create_task(self._prefill_loop()))
-
-    async def _in_engine(self, fn, *args):
-        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
     def should_pause(self) -> bool:
         return self.pool.used_bytes > 0.9 * self.pool.max_bytes or self.pending.qsize() >= 4 * (
@@ -84,7 +74,7 @@ class PrefillWorker(StageWorker):
             while len(batch) < self.config.max_prefill_batch and not self.pending.empty():
                 batch.append(self.pending.get_nowait())
             try:
-                handoffs = await self._in_engine(self._prefill_batch, batch)
+                handoffs = await self.in_engine(self._prefill_batch, batch)
             except Exception as e:  # a bad batch must not kill the worker: dead-letter each job
                 log.exception("prefill batch failed")
                 for p in batch:
@@ -153,7 +143,7 @@ class PrefillWorker(StageWorker):
         return handoffs
 
     async def teardown(self) -> None:
+        # Unlike decode, prefill holds buffers other processes may still read: release them.
         if hasattr(self, "pool"):
             self.pool.close()
-        if hasattr(self, "executor"):
-            self.executor.shutdown(wait=True)
+        await super().teardown()

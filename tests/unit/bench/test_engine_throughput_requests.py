@@ -67,3 +67,9 @@ def test_flops_of_one_short_request(bench):
 def test_match_rate(bench):
     m = bench.match([[1, 2, 3, 4], [5, 6]], [[1, 2, 9, 9], [5, 6]])
     assert m == {"exact": 0.5, "prefix": 0.75}
+
+
+def test_vllm_binds(bench):
+    assert bench.vllm_binds("auto,all", threads=2) == ["auto", "0-1"]
+    assert bench.vllm_binds("auto,all", threads=1) == ["auto", "0"]
+    assert bench.vllm_binds("0-1,0-1", threads=2) == ["0-1"]

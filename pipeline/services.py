@@ -51,6 +51,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -118,7 +119,7 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-class EmbeddedService:
+class EmbeddedService(ABC):
     """A child process on a local port: start, wait until it answers, stop (TERM, then KILL)."""
 
     name = "service"
@@ -130,12 +131,13 @@ class EmbeddedService:
         self.log_dir: Path | None = None
         self._proc: subprocess.Popen[bytes] | None = None
 
+    @abstractmethod
     def command(self) -> list[str]:
-        raise NotImplementedError
+        """The service's command line."""
 
+    @abstractmethod
     def is_ready(self) -> bool:
         """One quick probe; False (not an exception) when the service does not answer yet."""
-        raise NotImplementedError
 
     @property
     def log_path(self) -> Path | None:

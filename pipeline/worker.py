@@ -15,6 +15,7 @@ import os
 import signal
 import socket
 import time
+from abc import ABC, abstractmethod
 from concurrent.futures import ThreadPoolExecutor
 
 from aiokafka import ConsumerRecord
@@ -36,7 +37,7 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class StageWorker:
+class StageWorker(ABC):
     stage = "stage"
     input_stage = "jobs"
 
@@ -63,15 +64,18 @@ class StageWorker:
 
     async def setup(self) -> None:
         """Load models, start background tasks (append them to self._tasks)."""
+        return None  # optional hook
 
+    @abstractmethod
     async def handle(self, record: ConsumerRecord, ack: Ack) -> None:
-        raise NotImplementedError
+        """Process one input record; call `ack()` once its outputs are acknowledged."""
 
     def should_pause(self) -> bool:
         return False
 
     async def teardown(self) -> None:
         """Release what setup() took (after the consume loop has drained)."""
+        return None  # optional hook
 
     # -- outputs ----------------------------------------------------------------------------
 

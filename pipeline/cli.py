@@ -125,13 +125,15 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(f"  export STEPWISE_KAFKA={stack.services.bootstrap_servers}")
         print(f"  export STEPWISE_REDIS={stack.services.redis_url}")
         print("ready; Ctrl-C stops everything", flush=True)
+        # SIGTERM stops everything the way Ctrl-C does (and Ctrl-C works even where the shell
+        # started us with SIGINT ignored, as it does for background jobs).
+        for sig in (_signal.SIGINT, _signal.SIGTERM):
+            _signal.signal(sig, _signal.default_int_handler)
         try:
             while all(p.poll() is None for p in stack.procs.values()):
-                _signal.sigtimedwait([_signal.SIGINT, _signal.SIGTERM], 1.0)
-                if _signal.sigpending() & {_signal.SIGINT, _signal.SIGTERM}:
-                    break
+                time.sleep(0.5)
         except KeyboardInterrupt:
-            pass
+            print("stopping: workers drain, then services stop ...", flush=True)
         dead = [n for n, p in stack.procs.items() if p.poll() is not None]
         if dead:
             print(f"worker(s) exited: {', '.join(dead)}; stopping", file=sys.stderr)

@@ -21,6 +21,7 @@ from aiokafka import ConsumerRecord
 from pipeline import schema
 from pipeline.bus import Ack
 from pipeline.engine import Request
+from pipeline.engine.sequence import Sequence
 from pipeline.errors import StepwiseError
 from pipeline.stage_params import sampling_params
 from pipeline.transfer import ExportPool, ExportPoolFullError, get_transport
@@ -81,6 +82,9 @@ class PrefillWorker(EngineStageWorker):
                     await self._fail(p, e)
                 continue
             for p, handoff in zip(batch, handoffs, strict=True):
+                if isinstance(handoff, StepwiseError):
+                    await self._fail(p, handoff)
+                    continue
                 await self.publish("handoff", handoff.id, handoff)
                 p.ack()
 
@@ -90,57 +94,71 @@ class PrefillWorker(EngineStageWorker):
         await self.publish_result(result, p.task.reply_topic)
         p.ack()
 
-    def _prefill_batch(self, batch: list[_Pending]) -> list[schema.Handoff]:
-        """Engine thread: prefill every prompt, sample its first token, export its KV."""
+    def _prefill_batch(self, batch: list[_Pending]) -> list[schema.Handoff | StepwiseError]:
+        """Engine thread: prefill every prompt, sample its first token, export its KV.
+
+        A task the engine refuses fails alone (its slot holds the error); whatever happens, no
+        sequence is left behind in the engine.
+        """
         engine = self.engine
-        seqs = []
+        seqs: list[Sequence | StepwiseError] = []
         for p in batch:
             t = p.task
             # Two tokens and no EOS stop, so the sequence is still alive after the first token.
             params = sampling_params(t.params, max_tokens=2, ignore_eos=True)
             rid = f"{t.id}@{time.monotonic_ns()}"  # a redelivered task may overlap a live one
-            seqs.append(engine.add(Request(rid, list(t.token_ids), params)))
-        first_logprob: dict[str, float] = {}
-        while any(s.num_output_tokens < 1 for s in seqs):
-            for out in engine.step():
-                engine.pause(out.request_id)  # stop after the first token: decode takes over
-                first_logprob[out.request_id] = out.logprob
-        handoffs = []
-        for p, seq in zip(batch, seqs, strict=True):
-            t = p.task
-            kv = None
             try:
-                handle, buf = self.pool.export(engine.export_shape(seq.request_id), engine.dtype)
-                engine.export_kv(seq.request_id, out=buf)
-                mc = engine.model_config
-                kv = schema.KVDescriptor(
-                    transport=handle.transport,
-                    handle=handle.handle,
-                    num_tokens=seq.num_computed_tokens,
-                    num_layers=mc.num_hidden_layers,
-                    num_kv_heads=mc.num_key_value_heads,
-                    head_dim=mc.head_dim,
-                    dtype=handle.dtype,
-                    nbytes=handle.nbytes,
-                    owner=self.worker_id,
-                    expires_ms=handle.expires_ms,
-                )
-            except ExportPoolFullError:
-                log.warning("export pool full: %s goes to decode without KV", t.id)
-            first = seq.token_ids[seq.num_prompt_tokens]
-            engine.abort(seq.request_id)  # blocks stay in the prefix cache for the next prompt
-            handoffs.append(
-                schema.Handoff(
-                    **{f: getattr(t, f) for f in t.__struct_fields__},
-                    first_token=first,
-                    first_logprob=first_logprob[seq.request_id],
-                    kv=kv,
-                    prefill_worker=self.worker_id,
-                    prefill_ms=int((time.perf_counter() - p.received) * 1000),
-                    seed=seq.seed,
-                )
+                seqs.append(engine.add(Request(rid, list(t.token_ids), params)))
+            except StepwiseError as e:
+                e.job_id = t.id
+                seqs.append(e)
+        live = [s for s in seqs if isinstance(s, Sequence)]
+        try:
+            first_logprob: dict[str, float] = {}
+            while any(s.num_output_tokens < 1 for s in live):
+                for out in engine.step():
+                    engine.pause(out.request_id)  # stop after the first token: decode goes on
+                    first_logprob[out.request_id] = out.logprob
+            return [
+                s if isinstance(s, StepwiseError) else self._handoff(p, s, first_logprob)
+                for p, s in zip(batch, seqs, strict=True)
+            ]
+        finally:
+            for s in live:  # blocks stay in the prefix cache for the next prompt
+                engine.abort(s.request_id)
+
+    def _handoff(
+        self, p: _Pending, seq: Sequence, first_logprob: dict[str, float]
+    ) -> schema.Handoff:
+        engine, t = self.engine, p.task
+        kv = None
+        try:
+            handle, buf = self.pool.export(engine.export_shape(seq.request_id), engine.dtype)
+            engine.export_kv(seq.request_id, out=buf)
+            mc = engine.model_config
+            kv = schema.KVDescriptor(
+                transport=handle.transport,
+                handle=handle.handle,
+                num_tokens=seq.num_computed_tokens,
+                num_layers=mc.num_hidden_layers,
+                num_kv_heads=mc.num_key_value_heads,
+                head_dim=mc.head_dim,
+                dtype=handle.dtype,
+                nbytes=handle.nbytes,
+                owner=self.worker_id,
+                expires_ms=handle.expires_ms,
             )
-        return handoffs
+        except ExportPoolFullError:
+            log.warning("export pool full: %s goes to decode without KV", t.id)
+        return schema.Handoff(
+            **{f: getattr(t, f) for f in t.__struct_fields__},
+            first_token=seq.token_ids[seq.num_prompt_tokens],
+            first_logprob=first_logprob[seq.request_id],
+            kv=kv,
+            prefill_worker=self.worker_id,
+            prefill_ms=int((time.perf_counter() - p.received) * 1000),
+            seed=seq.seed,
+        )
 
     async def teardown(self) -> None:
         # Unlike decode, prefill holds buffers other processes may still read: release them.

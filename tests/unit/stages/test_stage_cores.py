@@ -1,0 +1,115 @@
+"""The pure cores of ingest and decode, with the bundled tokenizer and no Kafka or Redis."""
+
+import pytest
+
+from pipeline import schema
+from pipeline.decode.core import JobRun, finish, new_events, parse_answer
+from pipeline.engine.prepare import resolve_model
+from pipeline.engine.sampling_params import SamplingParams
+from pipeline.engine.sequence import Sequence
+from pipeline.engine.tokenizer import Tokenizer
+from pipeline.errors import PromptTooLongError
+from pipeline.ingest.core import IngestCore, job_seed
+
+BUDGET = schema.Budget(max_steps=8, max_thinking_tokens=64)
+
+
+@pytest.fixture(scope="module")
+def tok() -> Tokenizer:
+    return Tokenizer(resolve_model("tiny-reasoner"))
+
+
+@pytest.fixture
+def core(tok) -> IngestCore:
+    return IngestCore(tok, max_model_len=64, model_name="tiny-reasoner", default_budget=BUDGET)
+
+
+def test_admit_tokenizes_with_the_chat_template_and_seeds_from_the_id(core, tok):
+    job = schema.Job(id="j-1", prompt="What is 2 + 3?")
+    task = core.admit(job, now_ms=1000)
+    assert tok.decode(task.token_ids) == "Q: What is 2 + 3?\n"
+    assert task.params.seed == job_seed("j-1") == job_seed("j-1")
+    assert task.budget == BUDGET and task.admitted_ms == 1000 and task.model == "tiny-reasoner"
+    seeded = schema.Job(id="j-2", prompt="x", params=schema.JobParams(seed=5))
+    assert core.admit(seeded, 0).params.seed == 5
+
+
+def test_admit_refuses_a_prompt_longer_than_the_context_naming_the_job(core):
+    with pytest.raises(PromptTooLongError) as e:
+        core.admit(schema.Job(id="long-1", prompt="9" * 200), now_ms=0)
+    assert e.value.job_id == "long-1" and e.value.code == "prompt_too_long"
+
+
+def test_a_live_budget_wins_over_the_default(tok):
+    live = schema.Budget(max_steps=2, max_thinking_tokens=16, version=7)
+    core = IngestCore(tok, 64, "m", BUDGET, budget_source=lambda cls: live)
+    assert core.admit(schema.Job(id="b", prompt="1 + 1"), 0).budget == live
+
+
+def test_parse_answer_takes_the_last_answer_line():
+    assert parse_answer("3 + 4 = 7\nAnswer: 7\n") == "7"
+    assert parse_answer("Answer: 1\nCheck: 1 = 1\nanswer : x = 2, y = 3") == "x = 2, y = 3"
+    assert parse_answer("no answer here") is None
+
+
+def make_run(tok, text: str, stream: str = "steps") -> JobRun:
+    prompt = tok.encode("Q: What is 3 + 4?\n")
+    h = schema.Handoff(
+        id="d-1",
+        model="tiny-reasoner",
+        token_ids=prompt,
+        params=schema.JobParams(stream=stream),
+        budget=BUDGET,
+        admitted_ms=100,
+        first_token=0,
+        first_logprob=0.0,
+        prefill_worker="p",
+        prefill_ms=3,
+        seed=1,
+    )
+    seq = Sequence("d-1", prompt, SamplingParams(max_tokens=64), seed=1, arrival=0)
+    for ch in tok.encode(text, add_special_tokens=False):
+        seq.token_ids.append(ch)
+        if tok.decode([ch]) == "\n":
+            seq.step_ends.append(seq.num_tokens)
+    return JobRun(h, seq, started_ms=150)
+
+
+def test_steps_stream_as_they_complete_numbered_after_accepted(tok):
+    run = make_run(tok, "3 + 4 = 7\nAnswer: 7\n")
+    events = new_events(run, tok, now_ms=200)
+    assert [(e.seq, e.kind, e.step, e.text) for e in events] == [
+        (1, "step", 0, "3 + 4 = 7"),
+        (2, "step", 1, "Answer: 7"),
+    ]
+    assert new_events(run, tok, now_ms=201) == []  # nothing new
+
+
+def test_token_streaming_sends_text_deltas(tok):
+    run = make_run(tok, "3 + 4", stream="tokens")
+    (ev,) = new_events(run, tok, now_ms=200)
+    assert ev.kind == "token" and ev.text == "3 + 4"
+    run.seq.token_ids += tok.encode(" = 7", add_special_tokens=False)
+    (ev,) = new_events(run, tok, now_ms=201)
+    assert ev.text == " = 7"
+
+
+def test_finish_builds_the_one_result(tok):
+    run = make_run(tok, "3 + 4 = 7\nAnswer: 7\n")
+    run.seq.finish_reason = "stop"
+    events, result = finish(run, tok, now_ms=400)
+    assert events[-1].kind == "final" and events[-1].text == "7"
+    assert [e.seq for e in events] == [1, 2, 3]
+    assert result.status == "ok" and result.answer == "7" and result.id == "d-1"
+    assert [s.text for s in result.steps] == ["3 + 4 = 7", "Answer: 7"]
+    assert result.usage.completion_tokens == run.seq.num_output_tokens
+    assert result.usage.steps == 2 and result.budget.stop_reason == "answer"
+    assert result.timings.e2e_ms == 300 and result.timings.stages["prefill"] == 3
+
+
+def test_an_unterminated_last_line_is_a_step_and_length_is_max_tokens(tok):
+    run = make_run(tok, "3 + 4 = 7\nAnswer: 7")
+    run.seq.finish_reason = "length"
+    events, result = finish(run, tok, now_ms=400)
+    assert [s.text for s in result.steps] == ["3 + 4 = 7", "Answer: 7"]
+    assert result.budget.stop_reason == "max_tokens"

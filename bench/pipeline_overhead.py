@@ -45,6 +45,19 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
 
 
+def summarize(wall: float, tokens: int, finish_s: list[float]) -> dict:
+    """Throughput and latency of one side; `finish_s`: seconds from t0 to each job's end."""
+    lat = [t * 1000 for t in finish_s]
+    return {
+        "wall_s": wall,
+        "tokens": tokens,
+        "tokens_per_s": tokens / wall,
+        "jobs_per_s": len(finish_s) / wall,
+        "p50_ms": pct(lat, 0.5),
+        "p99_ms": pct(lat, 0.99),
+    }
+
+
 def engine_only(model: str, problems, threads: int) -> dict:
     import torch
 
@@ -62,17 +75,8 @@ def engine_only(model: str, problems, threads: int) -> dict:
         for out in engine.step():
             if out.finished:
                 done[out.request_id] = time.perf_counter() - t0
-    wall = time.perf_counter() - t0
     tokens = sum(s.num_output_tokens for s in seqs)
-    lat = [v * 1000 for v in done.values()]
-    return {
-        "wall_s": wall,
-        "tokens": tokens,
-        "tokens_per_s": tokens / wall,
-        "jobs_per_s": len(seqs) / wall,
-        "p50_ms": pct(lat, 0.5),
-        "p99_ms": pct(lat, 0.99),
-    }
+    return summarize(time.perf_counter() - t0, tokens, list(done.values()))
 
 
 async def pipeline_run(kafka: str, prefix: str, problems) -> dict:
@@ -100,16 +104,9 @@ async def pipeline_run(kafka: str, prefix: str, problems) -> dict:
                 results[msg.id] = (msg, time.perf_counter() - t0)
         wall = max(t for _, t in results.values())
     tokens = sum(r.usage.completion_tokens for r, _ in results.values())
-    lat = [t * 1000 for _, t in results.values()]
-    return {
-        "wall_s": wall,
-        "tokens": tokens,
-        "tokens_per_s": tokens / wall,
-        "jobs_per_s": len(results) / wall,
-        "p50_ms": pct(lat, 0.5),
-        "p99_ms": pct(lat, 0.99),
-        "ok": sum(r.status == "ok" for r, _ in results.values()),
-    }
+    summary = summarize(wall, tokens, [t for _, t in results.values()])
+    summary["ok"] = sum(r.status == "ok" for r, _ in results.values())
+    return summary
 
 
 async def hop_latency(kafka: str, n: int) -> dict:

@@ -35,22 +35,16 @@ def _engine_from_args(args: argparse.Namespace):
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from pipeline.engine import Request, SamplingParams
+    from pipeline.engine import Request
     from pipeline.engine.tokenizer import IncrementalDetokenizer
+    from pipeline.stage_params import sampling_params
 
     engine = _engine_from_args(args)
     if engine.tokenizer is None:
         raise StepwiseError("this model has no tokenizer.json: `generate` needs text")
     use_chat = args.chat if args.chat is not None else engine.tokenizer.has_chat_template
     prompt = [{"role": "user", "content": args.prompt}] if use_chat else args.prompt
-    params = SamplingParams(
-        temperature=args.temperature,
-        top_p=args.top_p,
-        top_k=args.top_k,
-        min_p=args.min_p,
-        seed=args.seed,
-        max_tokens=args.max_tokens,
-    )
+    params = sampling_params(args, max_tokens=args.max_tokens)  # the CLI flags share the names
     seq = engine.add(Request("cli", engine.encode_prompt(prompt), params))
     detok = IncrementalDetokenizer(engine.tokenizer)
     t0 = time.perf_counter()

@@ -1,4 +1,4 @@
-"""Wire parameters (schema.JobParams) -> engine parameters (SamplingParams)."""
+"""Request parameters (a Job's JobParams, or CLI flags of the same names) -> SamplingParams."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from pipeline import schema
 from pipeline.engine import SamplingParams
 
 
-def sampling_params(p: schema.JobParams, **overrides: object) -> SamplingParams:
+def sampling_params(p: schema.JobParams | object, **overrides: object) -> SamplingParams:
+    """Anything with temperature / top_p / top_k / min_p / seed attributes, plus overrides."""
     values = dict(
         temperature=p.temperature,
         top_p=p.top_p,

@@ -23,6 +23,7 @@ from pipeline.engine import KVExport, Request
 from pipeline.errors import StepwiseError
 from pipeline.stage_params import sampling_params
 from pipeline.transfer import KVHandle, TransferExpiredError, get_transport
+from pipeline.transfer.base import dtype_itemsize
 from pipeline.worker import EngineStageWorker, now_ms
 
 log = logging.getLogger(__name__)
@@ -81,9 +82,10 @@ class DecodeWorker(EngineStageWorker):
     def _import(self, h: schema.Handoff, params):
         d = h.kv
         assert d is not None
-        itemsize = {"float32": 4, "bfloat16": 2, "float16": 2}[d.dtype]
-        padded = d.nbytes // (d.num_layers * 2 * d.num_kv_heads * d.head_dim * itemsize)
-        shape = (d.num_layers, 2, d.num_kv_heads, padded, d.head_dim)
+        # The buffer holds whole blocks of the exporter's size: its token count follows from
+        # its bytes; the first d.num_tokens of them are the sequence's.
+        per_token = d.num_layers * 2 * d.num_kv_heads * d.head_dim * dtype_itemsize(d.dtype)
+        shape = (d.num_layers, 2, d.num_kv_heads, d.nbytes // per_token, d.head_dim)
         handle = KVHandle(d.transport, d.handle, shape, d.dtype, d.nbytes, d.owner, d.expires_ms)
         with self.transport.attach(handle) as buf:
             export = KVExport(

@@ -24,7 +24,7 @@ from pipeline.engine.model_runner import ModelRunner
 from pipeline.engine.outputs import KVExport, Request, RequestOutput, TokenOutput
 from pipeline.engine.sampling_params import SamplingParams
 from pipeline.engine.scheduler import Scheduler
-from pipeline.engine.sequence import Sequence, SequenceStatus
+from pipeline.engine.sequence import Sequence
 from pipeline.engine.tokenizer import StepBoundaryDetector, Tokenizer
 from pipeline.errors import (
     InvalidRequestError,
@@ -355,7 +355,3 @@ class Engine:
             seq.finish_reason,
             [e - seq.num_prompt_tokens for e in seq.step_ends],
         )
-
-    def is_running(self, request_id: str) -> bool:
-        seq = self.seqs.get(request_id)
-        return seq is not None and seq.status is SequenceStatus.RUNNING

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -56,6 +55,10 @@ class KVHandle:
     @property
     def num_tokens(self) -> int:
         return self.shape[3]
+
+
+def dtype_itemsize(name: str) -> int:
+    return _DTYPES[name].itemsize
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -173,10 +176,3 @@ def get_transport(name: str) -> Transport:
 
         return CudaIpcTransport()
     raise ValueError(f"unknown KV transport {name!r} (shm, cuda_ipc)")
-
-
-@contextmanager
-def attached(transport: Transport, handle: KVHandle) -> Iterator[torch.Tensor]:
-    """Importer side: a read view of the exported KV for the duration of the block."""
-    with transport.attach(handle) as kv:
-        yield kv

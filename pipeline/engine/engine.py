@@ -192,9 +192,21 @@ class Engine:
                 f"rollback position {num_tokens} is outside "
                 f"[{seq.num_prompt_tokens}, {seq.num_tokens}]"
             )
+        seq.num_discarded_tokens += seq.num_tokens - num_tokens
         self.block_manager.truncate(seq, num_tokens)
+        seq.pending_finish = None
         if seed is not None:
             seq.seed = seed
+
+    def finish(self, request_id: str, reason: str | None = None) -> Sequence:
+        """End a sequence now (a held finish, or early): its blocks are freed, its tokens kept.
+
+        `reason` defaults to the held finish's reason, else "stop"."""
+        seq = self._get(request_id)
+        del self.seqs[request_id]
+        self.scheduler.finish(seq, reason or seq.pending_finish or "stop")
+        seq.pending_finish = None
+        return seq
 
     def abort(self, request_id: str) -> None:
         seq = self.seqs.pop(request_id, None)
@@ -284,12 +296,21 @@ class Engine:
         reason = None
         if (not p.ignore_eos and token in self.eos_token_ids) or token in p.stop_token_ids:
             reason = "stop"
-        elif seq.num_output_tokens >= p.max_tokens or seq.num_tokens >= self.max_model_len:
+        elif (
+            seq.num_output_tokens + (seq.num_discarded_tokens if p.charge_rollbacks else 0)
+            >= p.max_tokens
+            or seq.num_tokens >= self.max_model_len
+        ):
             reason = "length"
-        paused = False
-        if reason is not None:
+        paused = finished = False
+        if reason is not None and p.pause_on_finish:
+            seq.pending_finish = reason
+            self.scheduler.pause(seq)
+            paused = True
+        elif reason is not None:
             self.scheduler.finish(seq, reason)
             del self.seqs[seq.request_id]
+            finished = True
         elif ends_step and p.pause_on_step_end:
             self.scheduler.pause(seq)
             paused = True
@@ -301,7 +322,7 @@ class Engine:
             entropy,
             ends_step,
             seq.num_steps,
-            reason is not None,
+            finished,
             reason,
             paused,
         )

@@ -30,8 +30,8 @@ class TokenOutput:
     ends_step: bool  # this token completes a reasoning step
     num_steps: int  # completed steps so far, this one included
     finished: bool
-    finish_reason: str | None  # "stop" | "length" | None
-    paused: bool  # left the batch after this token (pause_on_step_end)
+    finish_reason: str | None  # "stop" | "length" | None (held, if not `finished`)
+    paused: bool  # left the batch after this token (pause_on_step_end / pause_on_finish)
 
 
 @dataclass(slots=True)

@@ -22,6 +22,13 @@ class SamplingParams:
     # Step-aware control: leave the running batch after each completed reasoning step, so the
     # caller can check the step before the sequence continues (verify mode "strict").
     pause_on_step_end: bool = False
+    # Hold the finish (EOS, stop token or length): the sequence leaves the batch with its blocks
+    # and the caller either commits it with `Engine.finish` or rolls it back and resumes it
+    # (a late verdict may still reject the last step).
+    pause_on_finish: bool = False
+    # Tokens discarded by `rollback` count toward `max_tokens`: a reasoning budget pays for
+    # every token generated, kept or not.
+    charge_rollbacks: bool = False
 
     def __post_init__(self) -> None:
         if self.temperature < 0:

@@ -30,6 +30,8 @@ class Sequence:
         "step_ends",
         "step_tail",
         "finish_reason",
+        "pending_finish",
+        "num_discarded_tokens",
         "arrival",
     )
 
@@ -54,6 +56,8 @@ class Sequence:
         self.step_ends: list[int] = []
         self.step_tail = ""  # text tail for delimiters that straddle tokens
         self.finish_reason: str | None = None
+        self.pending_finish: str | None = None  # a held finish (SamplingParams.pause_on_finish)
+        self.num_discarded_tokens = 0  # generated tokens that rollbacks threw away
         self.arrival = arrival
 
     @property

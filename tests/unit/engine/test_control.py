@@ -218,3 +218,40 @@ def test_a_large_ragged_batch_decodes_like_each_sequence_alone(llama_dir):
     batched = make_engine(llama_dir, num_kv_blocks=256).generate(prompts, greedy)
     for ids, out in zip(prompts, batched, strict=True):
         assert out.token_ids == reference(llama_dir, ids, greedy)
+
+
+def test_a_held_finish_waits_for_the_caller_and_a_rollback_reopens_it(llama_dir):
+    ids = prompt(13)
+    held = SamplingParams(temperature=0.8, seed=5, max_tokens=20, ignore_eos=True)
+    expected = reference(llama_dir, ids, held)
+    held.pause_on_finish = True
+    engine = make_engine(llama_dir)
+    seq = engine.add(Request("h", ids, held))
+    outs = []
+    while engine.scheduler.has_schedulable:
+        outs += engine.step()
+    assert outs[-1].paused and not outs[-1].finished and outs[-1].finish_reason == "length"
+    assert seq.pending_finish == "length" and engine.has_unfinished() and not seq.is_finished
+    assert seq.output_token_ids == expected
+    # A late rejection of the tail: roll back and decode it again with another seed.
+    engine.rollback("h", len(ids) + 12, seed=77)
+    assert seq.pending_finish is None
+    engine.resume("h")
+    while engine.scheduler.has_schedulable:
+        engine.step()
+    assert seq.output_token_ids[:12] == expected[:12] and seq.num_output_tokens == 20
+    engine.finish("h")
+    assert seq.is_finished and seq.finish_reason == "length" and not engine.has_unfinished()
+    assert engine.block_manager.num_free_blocks == 64
+
+
+def test_charged_rollbacks_count_toward_max_tokens(llama_dir):
+    ids = prompt(9)
+    params = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True, charge_rollbacks=True)
+    engine = make_engine(llama_dir)
+    seq = engine.add(Request("c", ids, params))
+    run_until(engine, "c", 10)
+    engine.rollback("c", len(ids) + 4)  # 6 tokens discarded
+    finish(engine)
+    assert seq.num_discarded_tokens == 6 and seq.num_output_tokens == 14
+    assert seq.finish_reason == "length"

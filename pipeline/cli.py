@@ -92,6 +92,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     from pipeline.config import PipelineConfig
 
+    if args.name == "verify":  # a Celery worker, not a Kafka stage
+        from pipeline.verify import tasks
+
+        return tasks.main(args.concurrency)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     module, _, cls = WORKER_CLASSES[args.name].partition(":")
     worker_cls = getattr(importlib.import_module(module), cls)
@@ -239,7 +243,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="run one pipeline stage (services from STEPWISE_KAFKA / STEPWISE_REDIS)",
         description="Run one pipeline stage until SIGTERM/SIGINT, which drains it.",
     )
-    w.add_argument("name", choices=sorted(WORKER_CLASSES))
+    w.add_argument("name", choices=sorted([*WORKER_CLASSES, "verify"]))
+    w.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="verify: checker processes (default STEPWISE_VERIFY_CONCURRENCY or 1)",
+    )
     w.set_defaults(func=cmd_worker)
 
     u = sub.add_parser(

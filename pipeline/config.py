@@ -69,6 +69,9 @@ class PipelineConfig:
     default_max_steps: int = 64  # budget when the controller has published none (issue 6)
     default_max_thinking_tokens: int = 512
     drain_timeout_s: float = 30.0  # SIGTERM: how long in-flight work may take to finish
+    verdict_timeout_s: float = 10.0  # decode: a step whose verdict is this late is `unknown`
+    max_retries: int = 3  # decode: resamples of a contradicted step (then the step before it)
+    max_backtracks: int = 12  # decode: per job, then it finishes as unverified
 
     def __post_init__(self) -> None:
         if self.kv_transport not in ("shm", "cuda_ipc"):
@@ -90,6 +93,9 @@ class PipelineConfig:
             "export_pool_mb": int(_env("EXPORT_POOL_MB", str(base.export_pool_mb))),
             "kv_lease_ms": int(_env("KV_LEASE_MS", str(base.kv_lease_ms))),
             "max_decode_seqs": int(_env("MAX_DECODE_SEQS", str(base.max_decode_seqs))),
+            "verdict_timeout_s": float(_env("VERDICT_TIMEOUT_S", str(base.verdict_timeout_s))),
+            "max_retries": int(_env("MAX_RETRIES", str(base.max_retries))),
+            "max_backtracks": int(_env("MAX_BACKTRACKS", str(base.max_backtracks))),
         }
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]

@@ -245,7 +245,10 @@ class Timings(msgspec.Struct, kw_only=True):
 class BudgetReport(msgspec.Struct, kw_only=True):
     limit: NonNeg = 0  # thinking tokens allowed
     used: NonNeg = 0
-    stop_reason: Literal["answer", "budget", "early_exit", "max_tokens", "error"] = "answer"
+    # unverified: verification kept rejecting a step, so the job stopped there (no answer)
+    stop_reason: Literal["answer", "budget", "early_exit", "max_tokens", "unverified", "error"] = (
+        "answer"
+    )
 
 
 class ErrorInfo(msgspec.Struct, kw_only=True):
@@ -271,6 +274,38 @@ class Result(msgspec.Struct, kw_only=True):
     budget: BudgetReport = msgspec.field(default_factory=BudgetReport)
     error: ErrorInfo | None = None
     ts_ms: NonNeg
+
+
+# -- internal: decode <-> verify (Celery task argument, verdicts on a Redis stream) ----------
+
+
+class VerifyRequest(msgspec.Struct, kw_only=True):
+    """One step to check, with what it may assume; the task argument (JSON, for Celery)."""
+
+    v: int = SCHEMA_VERSION
+    id: JobId
+    key: Annotated[str, Meta(max_length=64)]  # the step attempt the verdict answers
+    step: NonNeg
+    text: str
+    problem: str = ""  # the prompt's text: its equations are premises
+    premises: list[str] = []
+    accepted: list[str] = []  # the chain's earlier steps
+    reply_stream: str  # Redis stream of the decode worker that asked
+    sent_ms: NonNeg
+
+
+class VerdictMessage(msgspec.Struct, kw_only=True):
+    """A checker's verdict on one step attempt, on the asking worker's Redis stream."""
+
+    v: int = SCHEMA_VERSION
+    id: JobId
+    key: str
+    step: NonNeg
+    verdict: Verdict
+    reason: str = ""  # for unknown: limit, unparseable, timeout, ...
+    detail: str = ""
+    check_ms: Millis = 0.0
+    worker: str = ""
 
 
 class DeadLetter(msgspec.Struct, kw_only=True):
@@ -493,8 +528,9 @@ def validate_job(job: Job, limits: Limits = DEFAULT_LIMITS) -> None:
         raise fail(INVALID_FIELD, "params.top_k", "`params.top_k` must be -1 (off) or >= 1, got 0")
 
 
-def decode(data: bytes, type_: type[T], limits: Limits = DEFAULT_LIMITS) -> T:
-    """A stage-to-stage message (msgpack) of the given type; Jobs go through decode_job."""
+def decode(data: bytes, type_: type[T], limits: Limits = DEFAULT_LIMITS, fmt: str = "msgpack") -> T:
+    """A stage-to-stage message (msgpack, or `fmt="json"`) of the given type; Jobs go through
+    decode_job."""
     if type_ is Job:
         return decode_job(data, limits=limits)  # type: ignore[return-value]
     if len(data) > limits.max_internal_bytes:
@@ -503,7 +539,7 @@ def decode(data: bytes, type_: type[T], limits: Limits = DEFAULT_LIMITS) -> T:
             code=TOO_LARGE,
             job_id=peek_job_id(data, limits=limits),
         )
-    return _decode(data, type_, "msgpack")
+    return _decode(data, type_, fmt)
 
 
 def _now_ms() -> int:

@@ -1,11 +1,13 @@
-"""Turning a decoding sequence into the job's Events and its one Result (plain logic)."""
+"""Turning a decoding job into its Events, its verify requests and its one Result (plain logic)."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pipeline import schema
+from pipeline.decode.driver import Outward, ReasoningDriver
+from pipeline.decode.reasoning import Check, Note
 from pipeline.engine.sequence import Sequence
 from pipeline.engine.tokenizer import Tokenizer
 
@@ -20,16 +22,20 @@ def parse_answer(text: str) -> str | None:
 
 @dataclass(slots=True)
 class JobRun:
-    """One job being decoded: its handoff, its sequence, and what has been streamed so far."""
+    """One job being decoded: its handoff, its reasoning driver, what has been streamed."""
 
     handoff: schema.Handoff
-    seq: Sequence
+    driver: ReasoningDriver
+    problem: str  # the prompt's text, for the verifier (its equations are premises)
+    reply_stream: str  # where this worker reads verdicts
     started_ms: int
     next_event: int = 1  # seq 0 is ingest's "accepted"
     emitted_tokens: int = 0  # output tokens already streamed as token events
-    emitted_steps: int = 0  # completed steps already streamed
     token_text: str = ""  # decoded text of the streamed tokens (for token deltas)
-    steps: list[str] = field(default_factory=list)
+
+    @property
+    def seq(self) -> Sequence:
+        return self.driver.seq
 
     def event(self, kind: str, ts_ms: int, **kw) -> schema.Event:
         ev = schema.Event(id=self.handoff.id, seq=self.next_event, kind=kind, ts_ms=ts_ms, **kw)
@@ -37,45 +43,70 @@ class JobRun:
         return ev
 
 
-def new_events(run: JobRun, tokenizer: Tokenizer, now_ms: int) -> list[schema.Event]:
-    """Events for what the sequence produced since the last call (tokens, completed steps)."""
-    seq, h = run.seq, run.handoff
+def token_events(run: JobRun, tokenizer: Tokenizer, now_ms: int) -> list[schema.Event]:
+    """A token event for the output tokens not streamed yet (if the job streams tokens)."""
+    out = run.seq.output_token_ids
+    if run.handoff.params.stream != "tokens" or len(out) <= run.emitted_tokens:
+        return []
+    text = tokenizer.decode(out)
+    if text.endswith("\ufffd"):  # hold back a partial multi-byte character
+        return []
+    delta, run.token_text, run.emitted_tokens = text[len(run.token_text) :], text, len(out)
+    return [run.event("token", now_ms, text=delta)]
+
+
+def outward(
+    run: JobRun, outs: list[Outward], tokenizer: Tokenizer, now_ms: int
+) -> tuple[list[schema.Event], list[schema.VerifyRequest]]:
+    """The events and verify requests for what the reasoning driver produced."""
+    h = run.handoff
     events: list[schema.Event] = []
-    out = seq.output_token_ids
-    if h.params.stream == "tokens" and len(out) > run.emitted_tokens:
-        text = tokenizer.decode(out)
-        if not text.endswith("\ufffd"):  # hold back a partial multi-byte character
-            events.append(run.event("token", now_ms, text=text[len(run.token_text) :]))
-            run.token_text = text
-            run.emitted_tokens = len(out)
-    while run.emitted_steps < seq.num_steps:
-        start = seq.step_ends[run.emitted_steps - 1] if run.emitted_steps else seq.num_prompt_tokens
-        end = seq.step_ends[run.emitted_steps]
-        text = tokenizer.decode(seq.token_ids[start:end]).strip()
-        run.steps.append(text)
-        if h.params.stream != "none":
-            events.append(run.event("step", now_ms, step=run.emitted_steps, text=text))
-        run.emitted_steps += 1
-    return events
+    requests: list[schema.VerifyRequest] = []
+    for o in outs:
+        if isinstance(o, Check):
+            requests.append(
+                schema.VerifyRequest(
+                    id=h.id,
+                    key=o.key,
+                    step=o.step,
+                    text=o.text,
+                    problem=run.problem,
+                    premises=list(h.premises),
+                    accepted=list(o.accepted),
+                    reply_stream=run.reply_stream,
+                    sent_ms=now_ms,
+                )
+            )
+            continue
+        assert isinstance(o, Note)
+        if o.kind == "backtrack":
+            # The sequence was rolled back: the token stream continues from the new end.
+            out = run.seq.output_token_ids
+            if run.emitted_tokens > len(out):
+                run.emitted_tokens = len(out)
+                run.token_text = tokenizer.decode(out)
+        if h.params.stream == "none":
+            continue
+        if o.kind == "step":
+            events.append(run.event("step", now_ms, step=o.step, text=o.text))
+        else:
+            kw = {"step": o.step, "text": o.text, "verdict": o.verdict, "detail": o.detail}
+            events.append(run.event(o.kind, now_ms, **kw))
+    return events, requests
 
 
 def finish(
     run: JobRun, tokenizer: Tokenizer, now_ms: int
 ) -> tuple[list[schema.Event], schema.Result]:
     """The closing events and the Result of a finished sequence."""
-    seq, h = run.seq, run.handoff
-    events = new_events(run, tokenizer, now_ms)
-    tail_start = seq.step_ends[-1] if seq.step_ends else seq.num_prompt_tokens
-    tail = tokenizer.decode(seq.token_ids[tail_start:]).strip()
-    if tail:  # text after the last delimiter is a last, unterminated step
-        run.steps.append(tail)
-        if h.params.stream != "none":
-            events.append(run.event("step", now_ms, step=len(run.steps) - 1, text=tail))
+    seq, h, r = run.seq, run.handoff, run.driver.reasoner
+    events = token_events(run, tokenizer, now_ms)
+    events += outward(run, run.driver.flush(), tokenizer, now_ms)[0]
     text = tokenizer.decode(seq.output_token_ids)
-    answer = parse_answer(text)
-    events.append(run.event("final", now_ms, text=answer or "", detail=seq.finish_reason or ""))
+    answer = None if r.gave_up else parse_answer(text)
+    stop = "unverified" if r.gave_up else "answer" if seq.finish_reason == "stop" else "max_tokens"
+    events.append(run.event("final", now_ms, text=answer or "", detail=stop))
     start = h.created_ms or h.admitted_ms
-    stop = "answer" if seq.finish_reason == "stop" else "max_tokens"
     result = schema.Result(
         id=h.id,
         status="ok",
@@ -84,11 +115,13 @@ def finish(
         model=h.model,
         answer=answer,
         text=text,
-        steps=[schema.StepRecord(text=s) for s in run.steps],
+        steps=[schema.StepRecord(text=s.text, verdict=s.verdict or "unknown") for s in r.chain],  # type: ignore[arg-type]
         usage=schema.Usage(
             prompt_tokens=seq.num_prompt_tokens,
             completion_tokens=seq.num_output_tokens,
-            steps=len(run.steps),
+            wasted_tokens=seq.num_discarded_tokens,
+            steps=len(r.chain),
+            backtracks=r.num_backtracks,
         ),
         timings=schema.Timings(
             queue_ms=max(0, h.admitted_ms - h.created_ms) if h.created_ms else None,
@@ -97,7 +130,9 @@ def finish(
             stages={"prefill": h.prefill_ms, "decode": max(0, now_ms - run.started_ms)},
         ),
         budget=schema.BudgetReport(
-            limit=seq.params.max_tokens, used=seq.num_output_tokens, stop_reason=stop
+            limit=seq.params.max_tokens,
+            used=seq.num_output_tokens + seq.num_discarded_tokens,
+            stop_reason=stop,  # type: ignore[arg-type]
         ),
         ts_ms=now_ms,
     )

@@ -59,12 +59,23 @@ class ReasoningDriver:
         if seq.pending_finish is not None and r.held_finish is None and not r.finished:
             start = seq.step_start
             tail = (start, seq.num_tokens, self.step_text(start, seq.num_tokens))
-            if not tail[2] or len(r.chain) > seq.num_steps:
-                tail = None
             actions += r.on_finish(seq.pending_finish, tail, now_s)
         if not r.finished and r.verifying:
             actions += r.on_tick(now_s)
         return self._apply(actions)
+
+    def flush(self) -> list[Outward]:
+        """After the sequence finished on its own (verify off): its last steps, unchecked."""
+        seq, r = self.seq, self.reasoner
+        notes: list[Action] = []
+        while len(r.chain) < seq.num_steps:
+            start = r.chain[-1].end if r.chain else seq.num_prompt_tokens
+            end = seq.step_ends[len(r.chain)]
+            notes += r.on_unchecked_step(start, end, self.step_text(start, end))
+        start = r.chain[-1].end if r.chain else seq.num_prompt_tokens
+        if start < seq.num_tokens and (text := self.step_text(start, seq.num_tokens)):
+            notes += r.on_unchecked_step(start, seq.num_tokens, text)
+        return [n for n in notes if isinstance(n, Note)]
 
     def verdict(self, key: str, verdict: str, detail: str, now_s: float) -> list[Outward]:
         if self.seq.is_finished:

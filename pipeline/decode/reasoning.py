@@ -155,6 +155,14 @@ class Reasoner:
         actions.append(Check(step.key, step.index, text, accepted))
         return actions
 
+    def on_unchecked_step(self, start: int, end: int, text: str) -> list[Action]:
+        """A step of an already finished sequence (verify off): kept as unverified."""
+        self._attempts += 1
+        index = len(self.chain)
+        step = Step(index, start, end, text, f"{index}.{self._attempts}", verdict=UNVERIFIED)
+        self.chain.append(step)
+        return [Note("step", index, text)]
+
     def on_finish(
         self, reason: str, tail: tuple[int, int, str] | None, now_s: float
     ) -> list[Action]:

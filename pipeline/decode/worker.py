@@ -2,34 +2,50 @@
 
 Each handoff's KV is imported into the running engine (or, if its buffer is gone, the prompt
 is prefilled again: same seed, same tokens). The engine runs in one thread; each tick starts
-new jobs, runs one engine step, and returns the events and finished Results, which the event
-loop publishes. A handoff's offset is acknowledged only after its Result is acknowledged by
-the broker, so a crashed decode worker's jobs are redelivered and redone (a decode request can
-be re-driven anywhere; unlike prefill, it holds no buffer another process waits on).
+new jobs, runs one engine step, applies the verdicts that arrived (a contradiction rolls the
+sequence back), and returns the events, the steps to verify and the finished Results, which the
+event loop publishes. Steps go to Celery verify workers; their verdicts come back on this
+worker's own Redis stream. A handoff's offset is acknowledged only after its Result is
+acknowledged by the broker, so a crashed decode worker's jobs are redelivered and redone (a
+decode request can be re-driven anywhere; unlike prefill, it holds no buffer another process
+waits on).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 
 import msgspec
 from aiokafka import ConsumerRecord
 
 from pipeline import schema
 from pipeline.bus import Ack
-from pipeline.decode.core import JobRun, finish, new_events
+from pipeline.decode.core import JobRun, finish, outward, token_events
+from pipeline.decode.driver import ReasoningDriver, reasoning_params
+from pipeline.decode.reasoning import ReasoningConfig
 from pipeline.engine import KVExport, Request
 from pipeline.errors import StepwiseError
 from pipeline.stage_params import sampling_params
 from pipeline.transfer import KVHandle, TransferExpiredError, get_transport
 from pipeline.transfer.base import dtype_itemsize
+from pipeline.verify import tasks
 from pipeline.worker import EngineStageWorker, now_ms
 
 log = logging.getLogger(__name__)
 
-# (events to publish, finished (Result, reply topic, ack), KV buffers to ack (owner, handle))
-Tick = tuple[list[schema.Event], list[tuple[schema.Result, str | None, Ack]], list[tuple[str, str]]]
+# (events to publish, finished (Result, reply topic, ack), KV buffers to ack (owner, handle),
+#  steps to verify)
+Tick = tuple[
+    list[schema.Event],
+    list[tuple[schema.Result, str | None, Ack]],
+    list[tuple[str, str]],
+    list[schema.VerifyRequest],
+]
 
 
 class DecodeWorker(EngineStageWorker):
@@ -45,8 +61,20 @@ class DecodeWorker(EngineStageWorker):
         self.num_reprefills = 0
         self._unacked: list[asyncio.Future] = []  # event sends not yet acknowledged
         self.outbox: asyncio.Queue[Tick] = asyncio.Queue(maxsize=64)
+        self.verdict_stream = f"{self.config.topic_prefix}verdicts:{self.worker_id}"
+        self.verdicts: deque[schema.VerdictMessage] = deque()  # event loop -> engine thread
+        self.verdict_arrived = asyncio.Event()
+        # Celery's producer does blocking I/O: it gets a thread of its own.
+        self.celery = tasks.make_app(self.config.redis)
+        self.sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode-verify")
         self._tasks.append(asyncio.create_task(self._decode_loop()))
         self._tasks.append(asyncio.create_task(self._publish_loop()))
+        self._tasks.append(asyncio.create_task(self._verdict_loop()))
+
+    async def teardown(self) -> None:
+        self.sender.shutdown(wait=False, cancel_futures=True)
+        await self.redis.delete(self.verdict_stream)
+        await super().teardown()
 
     def should_pause(self) -> bool:
         busy = len(self.runs) + self.inbox.qsize() >= self.config.max_decode_seqs
@@ -66,7 +94,9 @@ class DecodeWorker(EngineStageWorker):
         engine = self.engine
         limit = h.params.max_tokens or h.budget.max_thinking_tokens
         limit = max(1, min(limit, engine.max_model_len - len(h.token_ids)))
-        params = sampling_params(h.params, seed=h.seed, max_tokens=limit)
+        params = reasoning_params(
+            sampling_params(h.params, seed=h.seed, max_tokens=limit), h.params.verify
+        )
         kv_ack = None
         seq = None
         if h.kv is not None:
@@ -77,7 +107,16 @@ class DecodeWorker(EngineStageWorker):
         if seq is None:
             self.num_reprefills += 1
             seq = engine.add(Request(h.id, list(h.token_ids), params))
-        return JobRun(h, seq, now_ms()), kv_ack
+        cfg = self.config
+        reasoning = ReasoningConfig(
+            verify=h.params.verify,
+            max_retries=cfg.max_retries,
+            max_backtracks=cfg.max_backtracks,
+            verdict_timeout_s=cfg.verdict_timeout_s,
+        )
+        driver = ReasoningDriver(engine, seq, reasoning)
+        problem = engine.tokenizer.decode(h.token_ids)
+        return JobRun(h, driver, problem, self.verdict_stream, now_ms()), kv_ack
 
     def _import(self, h: schema.Handoff, params):
         d = h.kv
@@ -99,6 +138,7 @@ class DecodeWorker(EngineStageWorker):
         events: list[schema.Event] = []
         results: list[tuple[schema.Result, str | None, Ack]] = []
         kv_acks: list[tuple[str, str]] = []
+        checks: list[schema.VerifyRequest] = []
         for h, ack in new:
             try:
                 run, kv_ack = self._start(h)
@@ -111,18 +151,35 @@ class DecodeWorker(EngineStageWorker):
             self.runs[h.id] = (run, ack)
             if kv_ack:
                 kv_acks.append(kv_ack)
-        if engine.has_unfinished():
+        if engine.scheduler.has_schedulable:
             engine.step()
-        t = now_ms()
+        t, now_s = now_ms(), time.monotonic()
+
+        def emit(run: JobRun, outs) -> None:
+            evs, reqs = outward(run, outs, tok, t)
+            events.extend(evs)
+            checks.extend(reqs)
+
+        while self.verdicts:
+            v = self.verdicts.popleft()
+            entry = self.runs.get(v.id)
+            if entry is not None:  # else: a job that finished or moved on
+                detail = v.detail or v.reason
+                emit(entry[0], entry[0].driver.verdict(v.key, v.verdict, detail, now_s))
         for job_id, (run, ack) in list(self.runs.items()):
+            if not run.seq.is_finished:
+                events.extend(token_events(run, tok, t))
+                emit(run, run.driver.advance(now_s))
             if run.seq.is_finished:
                 evs, result = finish(run, tok, t)
                 events.extend(evs)
                 results.append((result, run.handoff.reply_topic, ack))
                 del self.runs[job_id]
-            else:
-                events.extend(new_events(run, tok, t))
-        return events, results, kv_acks
+        return events, results, kv_acks, checks
+
+    def _send_checks(self, checks: list[schema.VerifyRequest]) -> None:
+        for req in checks:
+            tasks.send(req, self.celery)
 
     # -- the event loop ---------------------------------------------------------------------
 
@@ -136,6 +193,12 @@ class DecodeWorker(EngineStageWorker):
                     new.append(await asyncio.wait_for(self.inbox.get(), timeout=0.1))
                 except TimeoutError:
                     continue
+            elif not new and not self.verdicts and not self.engine.scheduler.has_schedulable:
+                # Every sequence waits for a verdict: sleep until one arrives (or time passes,
+                # so verdict timeouts fire).
+                self.verdict_arrived.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.verdict_arrived.wait(), timeout=0.05)
             try:
                 tick = await self.in_engine(self._tick, new)
             except Exception:  # keep serving; unacked jobs are redelivered if we die later
@@ -159,8 +222,31 @@ class DecodeWorker(EngineStageWorker):
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 5.0)
 
+    async def _verdict_loop(self) -> None:
+        """Verdicts from verify workers (this worker's stream) -> the engine thread's queue."""
+        last = "$"
+        while True:
+            try:
+                got = await self.redis.xread({self.verdict_stream: last}, count=512, block=100)
+            except Exception:  # Redis trouble: the verdict timeout keeps jobs moving meanwhile
+                log.exception("reading verdicts failed; retrying")
+                await asyncio.sleep(0.5)
+                continue
+            for _, entries in got or ():
+                for entry_id, fields in entries:
+                    last = entry_id
+                    try:
+                        self.verdicts.append(schema.decode(fields[b"v"], schema.VerdictMessage))
+                    except (KeyError, schema.SchemaError) as e:
+                        log.warning("ignoring a bad verdict %s: %s", entry_id, e)
+            if got:
+                self.verdict_arrived.set()
+
     async def _publish_tick(self, tick: Tick) -> None:
-        events, results, kv_acks = tick
+        events, results, kv_acks, checks = tick
+        if checks:  # first: verification runs while the rest is published
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(self.sender, self._send_checks, checks)
         for owner, handle in kv_acks:
             await self.state.ack_kv(owner, handle)
         # Events stream without waiting for their acks, but a job's Result waits until every

@@ -26,7 +26,7 @@ from pipeline.evals.scoring import TraceScore
 
 DEFAULT_MODEL = Path(__file__).resolve().parents[1] / "assets" / "tiny-reasoner"
 MODES = ("plain", "verify-async", "verify-strict", "budget")
-AVAILABLE_MODES = ("plain",)
+AVAILABLE_MODES = ("plain", "verify-async", "verify-strict")
 NUM_SAMPLES = 3  # completions kept in the JSON per family, for eyeballing
 
 
@@ -49,7 +49,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument(
-        "--mode", choices=MODES, default="plain", help="plain (verify, budget: later)"
+        "--mode",
+        choices=MODES,
+        default="plain",
+        help="plain: no verification; verify-async / verify-strict: every step checked by "
+        "the Z3 checker in a separate process, contradicted steps backtracked (budget: later)",
+    )
+    parser.add_argument(
+        "--max-retries", type=int, default=3, help="resamples of a contradicted step (verify)"
+    )
+    parser.add_argument(
+        "--max-backtracks", type=int, default=12, help="backtracks per problem (verify)"
     )
     parser.add_argument("--out", default=None, help="write the JSON report here")
     parser.add_argument("--batch-size", type=int, default=64, help="prompts per engine call")
@@ -101,15 +111,23 @@ def evaluate(args: argparse.Namespace) -> dict:
     prompts = [format_prompt(p) for p in problems]
     # Per-request sampling seeds derived from the problem seed: the run is reproducible.
     seeds = [args.seed * 1_000_003 + i for i in range(len(problems))]
+    generate = backend.generate
+    verifier = None
+    if args.mode.startswith("verify-"):
+        generate, verifier = _verified_generate(backend, problems, args)
     completions: list[Completion] = []
     start = time.perf_counter()
-    with tqdm(total=len(problems), desc="eval", unit="problem", file=sys.stderr) as bar:
-        for lo in range(0, len(problems), args.batch_size):
-            hi = lo + args.batch_size
-            completions += backend.generate(
-                prompts[lo:hi], args.temperature, args.max_tokens, seeds[lo:hi]
-            )
-            bar.update(len(prompts[lo:hi]))
+    try:
+        with tqdm(total=len(problems), desc="eval", unit="problem", file=sys.stderr) as bar:
+            for lo in range(0, len(problems), args.batch_size):
+                hi = lo + args.batch_size
+                completions += generate(
+                    prompts[lo:hi], args.temperature, args.max_tokens, seeds[lo:hi]
+                )
+                bar.update(len(prompts[lo:hi]))
+    finally:
+        if verifier is not None:
+            verifier.close()
     wall = time.perf_counter() - start
 
     rows: list[tuple[TraceScore, float, Completion]] = []
@@ -143,6 +161,7 @@ def evaluate(args: argparse.Namespace) -> dict:
         "wall_s": wall,
         "completion_tokens": total_tokens,
         "tokens_per_s": total_tokens / wall if wall > 0 else 0.0,
+        **verification_summary(completions),
         "per_family": {fam: summarize(r) for fam, r in by_family.items()},
         "samples": dict(samples),
     }
@@ -159,6 +178,48 @@ def evaluate(args: argparse.Namespace) -> dict:
             for p, c in zip(problems, completions, strict=True)
         ]
     return report
+
+
+def _verified_generate(backend, problems: list[Problem], args: argparse.Namespace):
+    """A generate function with the backend's signature that runs a verify mode."""
+    from pipeline.decode.reasoning import ReasoningConfig
+    from pipeline.engine import SamplingParams
+    from pipeline.evals.verified import generate_verified
+    from pipeline.verify.local import LocalVerifier
+
+    if args.engine != "native":
+        raise StepwiseError(f"--mode {args.mode} needs --engine native")
+    config = ReasoningConfig(
+        verify=args.mode.removeprefix("verify-"),
+        max_retries=args.max_retries,
+        max_backtracks=args.max_backtracks,
+    )
+    premises = {format_prompt(p): tuple(p.premises) for p in problems}
+    verifier = LocalVerifier()
+
+    def generate(prompts, temperature, max_tokens, seeds):
+        params = [
+            SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=s) for s in seeds
+        ]
+        return generate_verified(
+            backend.engine, prompts, [premises[p] for p in prompts], params, config, verifier
+        )
+
+    return generate, verifier
+
+
+def verification_summary(completions: list[Completion]) -> dict:
+    """Backtracks, wasted tokens and the verdict mix (zeros for unverified runs)."""
+    n = len(completions) or 1
+    verdicts = Counter(v for c in completions for v in getattr(c, "verdicts", ()))
+    return {
+        "backtracks": sum(getattr(c, "backtracks", 0) for c in completions),
+        "wasted_tokens": sum(getattr(c, "wasted_tokens", 0) for c in completions),
+        "mean_wasted_tokens": sum(getattr(c, "wasted_tokens", 0) for c in completions) / n,
+        "checks": sum(getattr(c, "checks", 0) for c in completions),
+        "gave_up": sum(getattr(c, "gave_up", False) for c in completions),
+        "verdicts": dict(verdicts),
+    }
 
 
 def format_table(report: dict) -> str:
@@ -181,6 +242,12 @@ def format_table(report: dict) -> str:
         f"{report['tokens_per_s']:.1f} tok/s, engine {report['engine']}, mode {report['mode']}, "
         f"T={report['temperature']}"
     )
+    if report["mode"].startswith("verify-"):
+        lines.append(
+            f"checks {report['checks']}, backtracks {report['backtracks']}, wasted tokens "
+            f"{report['wasted_tokens']} ({report['mean_wasted_tokens']:.1f}/problem), gave up "
+            f"{report['gave_up']}, verdicts {report['verdicts']}"
+        )
     return "\n".join(lines)
 
 

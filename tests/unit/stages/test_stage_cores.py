@@ -3,7 +3,9 @@
 import pytest
 
 from pipeline import schema
-from pipeline.decode.core import JobRun, finish, new_events, parse_answer
+from pipeline.decode.core import JobRun, finish, outward, parse_answer, token_events
+from pipeline.decode.driver import ReasoningDriver
+from pipeline.decode.reasoning import ReasoningConfig
 from pipeline.engine.prepare import resolve_model
 from pipeline.engine.sampling_params import SamplingParams
 from pipeline.engine.sequence import Sequence
@@ -52,7 +54,14 @@ def test_parse_answer_takes_the_last_answer_line():
     assert parse_answer("no answer here") is None
 
 
-def make_run(tok, text: str, stream: str = "steps") -> JobRun:
+class TextOnlyEngine:
+    """What a driver needs of an engine when nothing is rolled back: the tokenizer."""
+
+    def __init__(self, tok):
+        self.tokenizer = tok
+
+
+def make_run(tok, text: str, stream: str = "steps", verify: str = "off") -> JobRun:
     prompt = tok.encode("Q: What is 3 + 4?\n")
     h = schema.Handoff(
         id="d-1",
@@ -72,26 +81,47 @@ def make_run(tok, text: str, stream: str = "steps") -> JobRun:
         seq.token_ids.append(ch)
         if tok.decode([ch]) == "\n":
             seq.step_ends.append(seq.num_tokens)
-    return JobRun(h, seq, started_ms=150)
+    driver = ReasoningDriver(TextOnlyEngine(tok), seq, ReasoningConfig(verify=verify))
+    problem = tok.decode(prompt)
+    return JobRun(h, driver, problem, "stepwise.verdicts:w", started_ms=150)
+
+
+def advance(run, tok, now_ms):
+    return outward(run, run.driver.advance(now_ms / 1000), tok, now_ms)
 
 
 def test_steps_stream_as_they_complete_numbered_after_accepted(tok):
     run = make_run(tok, "3 + 4 = 7\nAnswer: 7\n")
-    events = new_events(run, tok, now_ms=200)
+    events, checks = advance(run, tok, now_ms=200)
     assert [(e.seq, e.kind, e.step, e.text) for e in events] == [
         (1, "step", 0, "3 + 4 = 7"),
         (2, "step", 1, "Answer: 7"),
     ]
-    assert new_events(run, tok, now_ms=201) == []  # nothing new
+    assert checks == [] and advance(run, tok, now_ms=201) == ([], [])  # nothing new
 
 
 def test_token_streaming_sends_text_deltas(tok):
     run = make_run(tok, "3 + 4", stream="tokens")
-    (ev,) = new_events(run, tok, now_ms=200)
+    (ev,) = token_events(run, tok, now_ms=200)
     assert ev.kind == "token" and ev.text == "3 + 4"
     run.seq.token_ids += tok.encode(" = 7", add_special_tokens=False)
-    (ev,) = new_events(run, tok, now_ms=201)
+    (ev,) = token_events(run, tok, now_ms=201)
     assert ev.text == " = 7"
+
+
+def test_verified_steps_become_verify_requests_and_verdicts_become_events(tok):
+    run = make_run(tok, "3 + 4 = 7\n4 * 2 = 9\n", verify="async")
+    events, checks = advance(run, tok, now_ms=200)
+    assert [e.kind for e in events] == ["step", "step"]
+    assert [(c.step, c.text, c.accepted) for c in checks] == [
+        (0, "3 + 4 = 7", []),
+        (1, "4 * 2 = 9", ["3 + 4 = 7"]),
+    ]
+    assert checks[0].problem == "Q: What is 3 + 4?\n" and checks[0].reply_stream.endswith(":w")
+    assert checks[0].id == "d-1" and checks[0].key != checks[1].key
+    outs = run.driver.verdict(checks[0].key, "entailed", "", 0.3)
+    (ev,), _ = outward(run, outs, tok, 300)
+    assert (ev.kind, ev.step, ev.verdict) == ("verdict", 0, "entailed")
 
 
 def test_finish_builds_the_one_result(tok):

@@ -1,0 +1,101 @@
+"""Verify modes on the engine directly: the decode stage's reasoning machine, a local checker.
+
+`stepwise eval --mode verify-async|verify-strict` runs here: the same Reasoner and the same
+checker as the pipeline, with the checks in a separate process (as a Celery worker would run
+them) instead of behind Kafka and a task queue, so verification quality is measured fast.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass
+
+from pipeline.decode.driver import ReasoningDriver, reasoning_params
+from pipeline.decode.reasoning import Check, ReasoningConfig
+from pipeline.engine import Engine, Request, SamplingParams
+from pipeline.evals.backends import Completion
+from pipeline.verify.local import LocalVerifier
+
+
+@dataclass(frozen=True, slots=True)
+class VerifiedCompletion(Completion):
+    wasted_tokens: int = 0
+    backtracks: int = 0
+    checks: int = 0
+    gave_up: bool = False
+    verdicts: tuple[str, ...] = ()  # the final chain's, step by step
+
+
+def generate_verified(
+    engine: Engine,
+    prompts: list[str],
+    premises: list[tuple[str, ...]],
+    params: list[SamplingParams],
+    config: ReasoningConfig,
+    verifier: LocalVerifier | None,
+) -> list[VerifiedCompletion]:
+    """Decode every prompt under `config.verify`; one completion per prompt, in order."""
+    drivers: list[ReasoningDriver | None] = []
+    for i, (prompt, p) in enumerate(zip(prompts, params, strict=True)):
+        ids = engine.encode_prompt(prompt)
+        if len(ids) >= engine.max_model_len:
+            drivers.append(None)
+            continue
+        p = reasoning_params(p, config.verify)
+        seq = engine.add(Request(f"verified-{time.monotonic_ns()}-{i}", ids, p))
+        drivers.append(ReasoningDriver(engine, seq, config))
+    live = [d for d in drivers if d is not None]
+    inflight: dict[Future, tuple[ReasoningDriver, str]] = {}
+    where = {id(d): i for i, d in enumerate(drivers)}
+
+    def send(d: ReasoningDriver, outs: list) -> None:
+        for o in outs:
+            if isinstance(o, Check):
+                if verifier is None:
+                    raise ValueError(f"verify mode {config.verify} needs a verifier")
+                i = where[id(d)]
+                fut = verifier.submit(prompts[i], premises[i], o.accepted, o.text)
+                inflight[fut] = (d, o.key)
+
+    while live:
+        if engine.scheduler.has_schedulable:
+            engine.step()
+        elif inflight:  # every live sequence waits for a verdict
+            wait(list(inflight), timeout=config.verdict_timeout_s, return_when=FIRST_COMPLETED)
+        now = time.monotonic()
+        for d in live:
+            send(d, d.advance(now))
+        for fut in [f for f in inflight if f.done()]:
+            d, key = inflight.pop(fut)
+            try:
+                verdict, detail = fut.result()
+            except Exception as e:  # a crashed check is an unknown verdict, not a crashed eval
+                verdict, detail = "unknown", f"checker error: {e!r}"
+            send(d, d.verdict(key, verdict, detail, now))
+        live = [d for d in live if not d.done]
+        if live and not engine.scheduler.has_schedulable and not inflight:
+            raise RuntimeError(f"{len(live)} sequences stalled: paused with no check in flight")
+    return [_completion(engine, d) for d in drivers]
+
+
+def _completion(engine: Engine, d: ReasoningDriver | None) -> VerifiedCompletion:
+    if d is None:
+        return VerifiedCompletion("", 0, "prompt_too_long")
+    seq, r = d.seq, d.reasoner
+    text = engine.tokenizer.decode(seq.output_token_ids)
+    return VerifiedCompletion(
+        text,
+        seq.num_output_tokens + seq.num_discarded_tokens,
+        seq.finish_reason,
+        wasted_tokens=seq.num_discarded_tokens,
+        backtracks=r.num_backtracks,
+        checks=r.num_checks,
+        gave_up=r.gave_up,
+        verdicts=tuple(s.verdict or "unknown" for s in r.chain),
+    )
+
+
+def verdict_mix(completions: list[VerifiedCompletion]) -> dict[str, int]:
+    return dict(Counter(v for c in completions for v in c.verdicts))

@@ -1,0 +1,144 @@
+"""The Celery app and the step-check task: Redis broker, verdicts on the asker's Redis stream.
+
+Decode workers send `stepwise.verify_step` with a VerifyRequest (JSON) and read verdicts from
+their own stream (`reply_stream`). The task is:
+* idempotent: the verdict is a pure function of the request, and decode ignores a second
+  verdict for an attempt that has one, so a redelivered task is harmless;
+* `acks_late` + `reject_on_worker_lost`: a task whose worker dies is redelivered (after the
+  broker's visibility timeout), not lost; decode never waits for that — its verdict timeout
+  counts the step as `unknown` and goes on;
+* bounded: Z3's own timeout inside every check, plus Celery soft and hard time limits.
+
+`stepwise worker verify` runs `celery worker` on this app (prefork pool: time limits need it).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import socket
+import time
+
+import redis
+from celery import Celery
+from celery.exceptions import SoftTimeLimitExceeded
+
+from pipeline import schema
+from pipeline.config import PipelineConfig
+
+log = logging.getLogger(__name__)
+
+TASK_NAME = "stepwise.verify_step"
+QUEUE = "stepwise.verify"
+SOFT_TIME_LIMIT_S = 5.0
+HARD_TIME_LIMIT_S = 10.0
+CHECK_TIMEOUT_MS = 200  # Z3's own limit per check
+STREAM_MAXLEN = 100_000  # verdicts kept per reply stream (approximate trim)
+# A reserved task of a dead worker returns to the queue after this long (Redis transport).
+VISIBILITY_TIMEOUT_S = 60
+
+
+def redis_url() -> str:
+    return PipelineConfig.from_env().redis or "redis://127.0.0.1:6379/0"
+
+
+def make_app(broker_url: str) -> Celery:
+    app = Celery("stepwise", broker=broker_url, set_as_current=False)
+    app.conf.update(
+        task_default_queue=QUEUE,
+        task_serializer="json",
+        accept_content=["json"],
+        task_ignore_result=True,  # verdicts travel on Redis streams, not the result backend
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=8,  # checks take ~1 ms: keep the pool fed
+        broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT_S},
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+        worker_send_task_events=False,
+    )
+    return app
+
+
+app = make_app(redis_url())
+
+
+@functools.cache
+def _redis() -> redis.Redis:
+    return redis.Redis.from_url(redis_url())
+
+
+def _worker_name() -> str:
+    return f"verify-{socket.gethostname()}-{os.getpid()}"
+
+
+def run_check(req: schema.VerifyRequest) -> schema.VerdictMessage:
+    """The check itself (no Celery, no Redis): what the task computes."""
+    from pipeline.verify.checker import check_step
+
+    t0 = time.perf_counter()
+    try:
+        v = check_step(
+            req.problem, req.premises, req.accepted, req.text, timeout_ms=CHECK_TIMEOUT_MS
+        )
+        verdict, reason, detail = v.verdict, v.reason, v.detail
+    except SoftTimeLimitExceeded:
+        verdict, reason, detail = "unknown", "timeout", "task time limit"
+    return schema.VerdictMessage(
+        id=req.id,
+        key=req.key,
+        step=req.step,
+        verdict=verdict,  # type: ignore[arg-type]
+        reason=reason,
+        detail=detail,
+        check_ms=(time.perf_counter() - t0) * 1000,
+        worker=_worker_name(),
+    )
+
+
+@app.task(
+    name=TASK_NAME,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    soft_time_limit=SOFT_TIME_LIMIT_S,
+    time_limit=HARD_TIME_LIMIT_S,
+    ignore_result=True,
+)
+def verify_step(payload: str) -> None:
+    try:
+        req = schema.decode(payload.encode(), schema.VerifyRequest, fmt="json")
+    except schema.SchemaError as e:  # nobody to answer: the asker's verdict timeout covers it
+        log.error("dropping an undecodable verify request: %s", e)
+        return
+    verdict = run_check(req)
+    _redis().xadd(
+        req.reply_stream, {"v": schema.encode(verdict)}, maxlen=STREAM_MAXLEN, approximate=True
+    )
+
+
+def send(request: schema.VerifyRequest, target: Celery = app) -> None:
+    """Queue a check (blocking I/O on the broker: call it off the event loop)."""
+    target.send_task(TASK_NAME, args=[schema.encode_json(request).decode()], queue=QUEUE)
+
+
+def worker_argv(concurrency: int = 1, loglevel: str = "INFO") -> list[str]:
+    """`celery worker` arguments for one verify worker."""
+    return [
+        "worker",
+        f"--loglevel={loglevel}",
+        "--pool=prefork",
+        f"--concurrency={concurrency}",
+        f"--queues={QUEUE}",
+        f"--hostname={_worker_name()}@%h",
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+    ]
+
+
+def main(concurrency: int | None = None) -> int:
+    """`stepwise worker verify`."""
+    n = concurrency or int(os.environ.get("STEPWISE_VERIFY_CONCURRENCY", "1"))
+    app.worker_main(worker_argv(n))
+    return 0

@@ -1,0 +1,81 @@
+"""The reasoning driver on the real engine (bundled tiny reasoner): rollbacks, held finishes,
+strict pauses, give-ups, with a scripted verifier standing in for the checker process."""
+
+from concurrent.futures import Future
+
+import pytest
+
+from pipeline.decode.reasoning import ReasoningConfig
+from pipeline.engine import Engine, EngineConfig, SamplingParams
+from pipeline.engine.prepare import resolve_model
+from pipeline.evals.verified import generate_verified
+
+PROMPT = "Q: Compute (7 + 8) * 3 - 5.\n"
+
+
+class ScriptedVerifier:
+    """Contradicts the listed (step index, attempt number) pairs, entails everything else."""
+
+    def __init__(self, reject=lambda step, text, n: False):
+        self.reject = reject
+        self.calls: list[tuple[int, str]] = []
+        self.seen: dict[int, int] = {}
+
+    def submit(self, problem, premises, accepted, step_text):
+        index = len(accepted)
+        n = self.seen[index] = self.seen.get(index, 0) + 1
+        self.calls.append((index, step_text))
+        fut: Future = Future()
+        bad = self.reject(index, step_text, n)
+        fut.set_result(("contradicted", "scripted") if bad else ("entailed", ""))
+        return fut
+
+
+@pytest.fixture(scope="module")
+def engine() -> Engine:
+    return Engine(EngineConfig(model=str(resolve_model("tiny-reasoner")), dtype="float32"))
+
+
+def run(engine, verify, verifier, seed=3, **kw):
+    params = [SamplingParams(temperature=0.7, max_tokens=200, seed=seed)]
+    config = ReasoningConfig(verify=verify, **kw)
+    return generate_verified(engine, [PROMPT], [()], params, config, verifier)[0]
+
+
+@pytest.mark.parametrize("verify", ["async", "strict"])
+def test_accepted_steps_change_nothing(engine, verify):
+    plain = engine.generate([PROMPT], SamplingParams(temperature=0.7, max_tokens=200, seed=3))[0]
+    v = ScriptedVerifier()
+    out = run(engine, verify, v)
+    assert out.text == plain.text and out.backtracks == 0 and out.wasted_tokens == 0
+    assert len(v.calls) == len(out.verdicts) == plain.text.count("\n")
+    assert set(out.verdicts) == {"entailed"} and out.finish_reason == "stop"
+
+
+@pytest.mark.parametrize("verify", ["async", "strict"])
+def test_a_contradicted_step_is_resampled_and_its_tokens_are_wasted(engine, verify):
+    v = ScriptedVerifier(reject=lambda step, text, n: step == 1 and n == 1)
+    out = run(engine, verify, v)
+    first_try = [t for i, t in v.calls if i == 1][0]
+    assert out.backtracks == 1 and out.wasted_tokens >= len(first_try)
+    assert "contradicted" not in out.verdicts and out.finish_reason == "stop"
+    # The resampled chain keeps step 0 as it was.
+    assert out.text.split("\n")[0] == v.calls[0][1]
+
+
+def test_a_step_that_always_fails_gives_up_without_an_answer(engine):
+    v = ScriptedVerifier(reject=lambda step, text, n: step == 1)
+    out = run(engine, "async", v, max_retries=2)
+    assert out.gave_up and out.finish_reason == "unverified"
+    assert "Answer" not in out.text and "contradicted" not in out.verdicts
+    # step 1 failed 3 times, then step 0 was dropped once and step 1 failed 3 more times.
+    assert out.backtracks == 6 and len(out.verdicts) == 1
+
+
+def test_the_last_step_is_checked_before_the_finish(engine):
+    # Reject the answer line once: the held finish is rolled back and the answer resampled.
+    v = ScriptedVerifier(reject=lambda step, text, n: text.startswith("Answer") and n == 1)
+    out = run(engine, "async", v)
+    answers = [t for _, t in v.calls if t.startswith("Answer")]
+    assert len(answers) == 2 and out.backtracks == 1 and out.finish_reason == "stop"
+    assert out.text.rstrip("\n").endswith(answers[-1])

@@ -153,7 +153,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
         id=args.id or f"cli-{uuid.uuid4().hex[:12]}",
         prompt=args.problem,
         params=schema.JobParams(
-            temperature=args.temperature, seed=args.seed, max_tokens=args.max_tokens
+            temperature=args.temperature,
+            seed=args.seed,
+            max_tokens=args.max_tokens,
+            verify=args.verify,
         ),
     )
 
@@ -165,12 +168,17 @@ def cmd_submit(args: argparse.Namespace) -> int:
                 if isinstance(msg, schema.Event):
                     if msg.kind == "step":
                         print(f"  step {msg.step}: {msg.text}")
+                    elif msg.kind == "verdict":
+                        print(f"    {msg.verdict}" + (f" ({msg.detail})" if msg.detail else ""))
+                    elif msg.kind == "backtrack":
+                        print(f"  <- backtrack to step {msg.step}: {msg.detail}")
                     elif msg.kind == "accepted":
                         print("  accepted")
                 else:
                     print(
                         f"result: {msg.status}  answer={msg.answer!r}  "
-                        f"tokens={msg.usage.completion_tokens}  e2e={msg.timings.e2e_ms} ms"
+                        f"tokens={msg.usage.completion_tokens}  e2e={msg.timings.e2e_ms} ms  "
+                        f"backtracks={msg.usage.backtracks}  stop={msg.budget.stop_reason}"
                     )
                     if msg.error:
                         print(f"  error [{msg.error.code}]: {msg.error.message}")
@@ -272,6 +280,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--temperature", type=float, default=0.7)
     s.add_argument("--seed", type=int, default=None)
     s.add_argument("--max-tokens", type=int, default=None)
+    s.add_argument(
+        "--verify",
+        choices=("off", "async", "strict"),
+        default="async",
+        help="check each step with Z3 (async: keep decoding; strict: wait for each verdict)",
+    )
     s.add_argument("--timeout", type=float, default=300.0)
     s.set_defaults(func=cmd_submit)
 

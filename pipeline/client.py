@@ -12,6 +12,18 @@ from pipeline.bus import BusConfig, Producer
 from pipeline.topics import Topics
 
 
+def current_chain(events: list[schema.Event]) -> list[str]:
+    """The reasoning chain as a job's events leave it: a `step` event sets step `n` (dropping
+    any later ones), a `backtrack` event drops step `n` and everything after it."""
+    chain: list[str] = []
+    for e in events:
+        if e.kind == "step" and e.step is not None:
+            chain = [*chain[: e.step], e.text]
+        elif e.kind == "backtrack" and e.step is not None:
+            chain = chain[: e.step]
+    return chain
+
+
 class StepwiseClient:
     def __init__(self, bootstrap_servers: str, topic_prefix: str = "stepwise."):
         self.topics = Topics(topic_prefix)

@@ -35,8 +35,13 @@ def generate_verified(
     params: list[SamplingParams],
     config: ReasoningConfig,
     verifier: LocalVerifier | None,
+    stats: dict | None = None,
 ) -> list[VerifiedCompletion]:
-    """Decode every prompt under `config.verify`; one completion per prompt, in order."""
+    """Decode every prompt under `config.verify`; one completion per prompt, in order.
+
+    `stats`, if given, receives `saturated_s` and `saturated_tokens`: time and tokens generated
+    (kept or wasted) until fewer sequences are left than the engine runs at once — throughput
+    while the batch is full, before the run's drain tail."""
     drivers: list[ReasoningDriver | None] = []
     for i, (prompt, p) in enumerate(zip(prompts, params, strict=True)):
         ids = engine.encode_prompt(prompt)
@@ -59,7 +64,13 @@ def generate_verified(
                 fut = verifier.submit(prompts[i], premises[i], o.accepted, o.text)
                 inflight[fut] = (d, o.key)
 
+    start, slots = time.perf_counter(), engine.config.max_num_seqs
     while live:
+        if stats is not None and "saturated_s" not in stats and len(live) < slots:
+            stats["saturated_s"] = time.perf_counter() - start
+            stats["saturated_tokens"] = sum(
+                d.seq.num_output_tokens + d.seq.num_discarded_tokens for d in drivers if d
+            )
         if engine.scheduler.has_schedulable:
             engine.step()
         elif inflight:  # every live sequence waits for a verdict

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
+import subprocess
+import sys
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -16,9 +20,11 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+import redis
 
-from pipeline import services
+from pipeline import schema, services
 from pipeline.topics import STAGES, Topics
+from pipeline.verify import tasks
 
 _HERE = Path(__file__).parent
 TEST_PARTITIONS = 3  # >1, so per-partition ordering is exercised; small, so creation is quick
@@ -158,3 +164,59 @@ async def aredis_client(redis_url: str, redis_prefix: str):
     yield client
     await client.aclose()
     _delete_prefix(redis_url, redis_prefix)
+
+
+class VerifyWorker:
+    """A real Celery verify worker (`stepwise worker verify`) on a given Redis."""
+
+    def __init__(self, redis_url: str, log_path) -> None:
+        self.redis_url = redis_url
+        self.log = open(log_path, "ab")  # noqa: SIM115 (lives with the child)
+        env = {**os.environ, "STEPWISE_REDIS": redis_url, "OMP_NUM_THREADS": "1"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "pipeline.cli", "worker", "verify"],
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: a kill takes the pool children
+        )
+
+    def check(self, text: str, problem: str = "", timeout_s: float = 60.0):
+        """One check through the queue; returns the VerdictMessage (None on timeout)."""
+        stream = f"test:verdicts:{uuid.uuid4().hex[:10]}"
+        req = schema.VerifyRequest(
+            id="probe", key="0.1", step=0, text=text, problem=problem,
+            reply_stream=stream, sent_ms=0,
+        )  # fmt: skip
+        tasks.send(req, tasks.make_app(self.redis_url))
+        with redis.Redis.from_url(self.redis_url) as r:
+            got = r.xread({stream: "0"}, count=1, block=int(timeout_s * 1000))
+            r.delete(stream)
+        return schema.decode(got[0][1][0][1][b"v"], schema.VerdictMessage) if got else None
+
+    def kill(self) -> None:
+
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.log.close()
+
+
+@pytest.fixture(scope="session")
+def verify_worker(redis_url: str, tmp_path_factory) -> Iterator[VerifyWorker]:
+    """One Celery verify worker for the session; every pipeline test's decode checks with it."""
+    worker = VerifyWorker(redis_url, tmp_path_factory.mktemp("celery") / "verify.log")
+    try:
+        assert worker.check("1 + 1 = 2") is not None, "the Celery verify worker did not answer"
+        yield worker
+    finally:
+        worker.stop()

@@ -69,7 +69,7 @@ class Workers:
 
 
 @pytest.fixture
-def workers(kafka_bootstrap, redis_url, topics, tmp_path):
+def workers(kafka_bootstrap, redis_url, topics, tmp_path, verify_worker):
     w = Workers(kafka_bootstrap, redis_url, topics.prefix, tmp_path)
     yield w
     w.stop_all()

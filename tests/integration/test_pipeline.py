@@ -7,7 +7,6 @@ decode through shared memory, bad input dead-lettered while the partition keeps 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 import uuid
@@ -17,17 +16,15 @@ import pytest_asyncio
 from aiokafka import AIOKafkaConsumer
 
 from pipeline import schema
-from pipeline.client import StepwiseClient
+from pipeline.client import StepwiseClient, current_chain
 from pipeline.config import PipelineConfig
-from pipeline.decode.worker import DecodeWorker
-from pipeline.ingest.worker import IngestWorker
-from pipeline.prefill.worker import PrefillWorker
+from tests.integration.pipeline_helpers import run_jobs, running_stack
 
 PROBLEMS = [f"What is {a} + {b}?" for a, b in ((3, 4), (12, 7), (25, 17), (8, 9), (40, 2), (6, 6))]
 
 
 @pytest_asyncio.fixture
-async def stack(kafka_bootstrap, redis_url, topics):
+async def stack(kafka_bootstrap, redis_url, topics, verify_worker):
     """The three workers as asyncio tasks sharing this test's topics."""
     config = PipelineConfig(
         kafka=kafka_bootstrap,
@@ -37,14 +34,8 @@ async def stack(kafka_bootstrap, redis_url, topics):
         dtype="float32",
         drain_timeout_s=10,
     )
-    workers = [IngestWorker(config), PrefillWorker(config), DecodeWorker(config)]
-    tasks = [asyncio.create_task(w.run()) for w in workers]
-    yield config, workers
-    for w in workers:
-        w.stop()
-    for t in tasks:
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(t, 60)
+    async with running_stack(config) as workers:
+        yield config, workers
 
 
 def job(i: int, **kw) -> schema.Job:
@@ -52,22 +43,6 @@ def job(i: int, **kw) -> schema.Job:
     return schema.Job(
         id=f"job-{uuid.uuid4().hex[:8]}-{i}", prompt=PROBLEMS[i % 6], params=params, **kw
     )
-
-
-async def run_jobs(config, jobs, extra=(), timeout_s=240):
-    """Submit jobs (plus raw `extra` records) and collect events and Results per job id."""
-    events: dict[str, list[schema.Event]] = {}
-    results: dict[str, list[schema.Result]] = {}
-    async with StepwiseClient(config.kafka, config.topic_prefix) as client:
-        for raw_key, raw_value, headers in extra:
-            await client.producer.send(client.topics.jobs, raw_value, key=raw_key, headers=headers)
-        for j in jobs:
-            await client.submit(j)
-        ids = {j.id for j in jobs}
-        async for msg in client.follow(ids, timeout_s=timeout_s):
-            bucket = events if isinstance(msg, schema.Event) else results
-            bucket.setdefault(msg.id, []).append(msg)
-    return events, results
 
 
 @pytest.mark.slow
@@ -84,8 +59,7 @@ async def test_n_jobs_in_exactly_n_results_out_with_gap_free_events(stack):
         seqs = [e.seq for e in events[j.id]]
         assert seqs == list(range(len(seqs))), seqs  # gap-free, in order, from 0
         assert events[j.id][0].kind == "accepted" and events[j.id][-1].kind == "final"
-        steps = [e.text for e in events[j.id] if e.kind == "step"]
-        assert steps == [s.text for s in result.steps]
+        assert current_chain(events[j.id]) == [s.text for s in result.steps]
     # The KV crossed processes' memory through shm: decode imported it, nothing re-prefilled.
     assert decode.num_reprefills == 0
 

@@ -24,7 +24,7 @@ def test_stack_runs_a_job_and_stops_its_workers_cleanly(
     stack = Stack(config, log_dir=tmp_path)
     with stack:
         assert stack.services.embedded == []  # both came from the environment
-        assert sorted(stack.procs) == ["decode", "ingest", "prefill"]
+        assert sorted(stack.procs) == ["decode", "ingest", "prefill", "verify"]
         job = schema.Job(id="stack-1", prompt="What is 4 + 5?", params=schema.JobParams(seed=1))
 
         async def run() -> schema.Result:
@@ -37,5 +37,7 @@ def test_stack_runs_a_job_and_stops_its_workers_cleanly(
 
         result = asyncio.run(run())
         assert result.status == "ok" and result.steps
+        # Steps were checked by a Celery worker (no verdict timed out as unknown).
+        assert all(s.verdict in ("entailed", "consistent", "no_claim") for s in result.steps)
     logs = "\n".join(p.read_text(errors="replace")[-2000:] for p in tmp_path.glob("*.log"))
     assert all(p.returncode == 0 for p in stack.procs.values()), logs  # SIGTERM drained them

@@ -1,0 +1,143 @@
+"""Step checks per second through one Celery verify worker process, beside the checker alone.
+
+    python bench/verify_throughput.py --n 500
+
+Inputs: every step of the gold traces of `n` held-out problems (and each with one number
+changed, so half the checks are contradictions), checked with the chain before it, in order.
+Baseline, same run, same inputs: `check_step` called in this process. Then the same checks go
+through the real path: Celery task on a Redis broker -> one worker (`stepwise worker verify
+--concurrency 1`) -> verdicts on a Redis stream. Services: STEPWISE_REDIS if set, else an
+embedded redis-server. The last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def inputs(n: int, seed: int) -> list[tuple[str, tuple[str, ...], tuple[str, ...], str]]:
+    from pipeline.evals.problems import format_prompt
+    from pipeline.evals.tasks import load_problems
+
+    out = []
+    for p in load_problems("indist", n, seed):
+        steps = [*p.steps, f"Answer: {p.answer}"]
+        for i, step in enumerate(steps):
+            out.append((format_prompt(p), p.premises, tuple(steps[:i]), step))
+            wrong = re.sub(r"(\d+)\s*$", lambda m: str(int(m.group(1)) + 1), step)
+            if wrong != step:
+                out.append((format_prompt(p), p.premises, tuple(steps[:i]), wrong))
+    return out
+
+
+def in_process(checks) -> tuple[float, list[str]]:
+    from pipeline.verify.checker import check_step, clear_cache
+
+    clear_cache()
+    t0 = time.perf_counter()
+    verdicts = [check_step(*c).verdict for c in checks]
+    return time.perf_counter() - t0, verdicts
+
+
+def through_celery(checks, redis_url: str) -> tuple[float, list[str]]:
+    import redis
+
+    from pipeline import schema
+    from pipeline.verify import tasks
+
+    app = tasks.make_app(redis_url)
+    stream = f"bench:verdicts:{uuid.uuid4().hex[:8]}"
+    reqs = [
+        schema.VerifyRequest(
+            id="bench",
+            key=str(i),
+            step=len(accepted),
+            text=step,
+            problem=problem,
+            premises=list(premises),
+            accepted=list(accepted),
+            reply_stream=stream,
+            sent_ms=0,
+        )  # fmt: skip
+        for i, (problem, premises, accepted, step) in enumerate(checks)
+    ]
+    verdicts: dict[int, str] = {}
+    with redis.Redis.from_url(redis_url) as r:
+        t0 = time.perf_counter()
+        for req in reqs:
+            tasks.send(req, app)
+        last = "0"
+        while len(verdicts) < len(reqs):
+            got = r.xread({stream: last}, count=1000, block=30_000)
+            if not got:
+                raise RuntimeError(f"only {len(verdicts)}/{len(reqs)} verdicts came back")
+            for entry_id, fields in got[0][1]:
+                last = entry_id
+                v = schema.decode(fields[b"v"], schema.VerdictMessage)
+                verdicts[int(v.key)] = v.verdict
+        elapsed = time.perf_counter() - t0
+        r.delete(stream)
+    return elapsed, [verdicts[i] for i in range(len(reqs))]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--n", type=int, default=500, help="problems whose traces are checked")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    from pipeline.services import EmbeddedRedis
+
+    checks = inputs(args.n, args.seed)
+    embedded = None
+    redis_url = os.environ.get("STEPWISE_REDIS")
+    if not redis_url:
+        embedded = EmbeddedRedis()
+        embedded.start()
+        redis_url = embedded.url
+    env = {**os.environ, "STEPWISE_REDIS": redis_url, "OMP_NUM_THREADS": "1"}
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.cli", "worker", "verify", "--concurrency", "1"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        through_celery(checks[:20], redis_url)  # the worker is up and its checker loaded
+        base_s, base_v = in_process(checks)
+        celery_s, celery_v = through_celery(checks, redis_url)
+    finally:
+        worker.terminate()
+        worker.wait(30)
+        if embedded is not None:
+            embedded.stop()
+    base_rate, celery_rate = len(checks) / base_s, len(checks) / celery_s
+    mismatches = sum(a != b for a, b in zip(base_v, celery_v, strict=True))
+    print(f"{len(checks)} checks ({sum(v == 'contradicted' for v in base_v)} contradicted)")
+    print(f"in-process check_step:        {base_rate:8.0f} checks/s")
+    print(f"Celery, 1 worker process:     {celery_rate:8.0f} checks/s  "
+          f"(ratio {celery_rate / base_rate:.2f}, {mismatches} verdict mismatches)")  # fmt: skip
+    report = {
+        "bench": "verify_throughput",
+        "checks": len(checks),
+        "in_process_checks_per_s": base_rate,
+        "celery_checks_per_s": celery_rate,
+        "ratio": celery_rate / base_rate,
+        "verdict_mismatches": mismatches,
+    }
+    print(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,121 @@
+"""Verification on the real stack: a Celery worker on Redis checks steps; decode backtracks.
+
+* the task answers on the asker's Redis stream, and a repeated task answers the same;
+* a step the checker contradicts produces a `backtrack` event, and no Result keeps one;
+* killing the Celery worker mid-job does not stall the job (the verdict timeout path).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import msgspec
+import pytest
+
+from pipeline import schema
+from pipeline.client import current_chain
+from pipeline.config import PipelineConfig
+from pipeline.engine import Engine, EngineConfig, SamplingParams
+from pipeline.engine.prepare import resolve_model
+from pipeline.verify.checker import check_step
+from tests.integration.conftest import VerifyWorker
+from tests.integration.pipeline_helpers import run_jobs, running_stack
+
+PROBLEM = "Solve for x: 4x + 42 = 94."  # 94 - 42 is beyond the tiny reasoner: it errs often
+
+
+def test_the_task_answers_on_the_stream_and_repeats_its_answer(verify_worker):
+    bad = verify_worker.check("3 + 4 = 8")
+    assert bad.verdict == "contradicted" and "false" in bad.detail and bad.worker
+    linear = "Q: Solve for x: 3x + 7 = 22.\n"
+    assert verify_worker.check("3x = 22 - 7 = 15", problem=linear).verdict == "entailed"
+    assert verify_worker.check("x = 6", problem=linear).verdict == "contradicted"
+    again = verify_worker.check("3 + 4 = 8")
+    assert (again.verdict, again.detail) == (bad.verdict, bad.detail)  # idempotent
+
+
+def first_wrong_seed(problem: str, max_tokens: int) -> int:
+    """A seed whose unverified run writes a contradicted step (sampling is position-seeded, so
+    the pipeline's first attempt with this seed is the same run)."""
+    engine = Engine(EngineConfig(model=str(resolve_model("tiny-reasoner")), dtype="float32"))
+    ids = engine.encode_prompt([{"role": "user", "content": problem}])
+    text = engine.tokenizer.decode(ids)
+    for seed in range(64):
+        p = SamplingParams(temperature=0.7, seed=seed, max_tokens=max_tokens)
+        out = engine.generate([ids], p)[0].text
+        steps = [s for s in out.split("\n") if s.strip()]
+        for i, step in enumerate(steps):
+            if check_step(text, (), steps[:i], step).verdict == "contradicted":
+                return seed
+    raise AssertionError("no seed made a mistake: pick a harder problem")
+
+
+def config_for(kafka, redis, topics, **kw) -> PipelineConfig:
+    return PipelineConfig(
+        kafka=kafka, redis=redis, topic_prefix=topics.prefix, model="tiny-reasoner",
+        dtype="float32", drain_timeout_s=10, **kw,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("verify", ["async", "strict"])
+async def test_a_contradicted_step_is_backtracked_out_of_the_chain(
+    kafka_bootstrap, redis_url, topics, verify_worker, verify
+):
+    seed = first_wrong_seed(PROBLEM, max_tokens=160)
+    params = schema.JobParams(temperature=0.7, seed=seed, max_tokens=160, verify=verify)
+    job = schema.Job(id=f"bt-{uuid.uuid4().hex[:8]}", prompt=PROBLEM, params=params)
+    config = config_for(kafka_bootstrap, redis_url, topics)
+    async with running_stack(config):
+        events, results = await run_jobs(config, [job], timeout_s=180)
+    (result,) = results[job.id]
+    evs = events[job.id]
+    assert [e.seq for e in evs] == list(range(len(evs)))  # gap-free through backtracks
+    backtracks = [e for e in evs if e.kind == "backtrack"]
+    contradicted = [e for e in evs if e.kind == "verdict" and e.verdict == "contradicted"]
+    assert backtracks and contradicted and result.usage.backtracks == len(backtracks)
+    assert result.usage.wasted_tokens > 0 and result.status == "ok"
+    assert result.budget.used == result.usage.completion_tokens + result.usage.wasted_tokens
+    assert all(s.verdict != "contradicted" for s in result.steps)
+    assert current_chain(evs) == [s.text for s in result.steps]
+    if result.budget.stop_reason != "unverified":
+        assert result.answer is not None
+    # Every step the Result keeps was checked by the Celery worker.
+    assert all(s.verdict in ("entailed", "consistent", "no_claim") for s in result.steps)
+
+
+@pytest.mark.slow
+async def test_killing_the_verify_worker_mid_job_does_not_stall_it(
+    kafka_bootstrap, redis_url, topics, tmp_path
+):
+    # A Redis database of its own: the session's verify worker must not answer for the dead one.
+    own_db = redis_url.rsplit("/", 1)[0] + "/7"
+    worker = VerifyWorker(own_db, tmp_path / "verify.log")
+    try:
+        assert worker.check("1 + 1 = 2") is not None
+        config = config_for(kafka_bootstrap, own_db, topics, verdict_timeout_s=2.0)
+        params = schema.JobParams(temperature=0.7, max_tokens=120, verify="strict")
+        jobs = [
+            schema.Job(id=f"kill-{i}-{uuid.uuid4().hex[:8]}", prompt=f"Compute {i} + 7 * 3.")
+            for i in range(6)
+        ]
+        jobs = [msgspec.structs.replace(j, params=params) for j in jobs]
+
+        def kill_after_first_verdict(msg) -> None:
+            if isinstance(msg, schema.Event) and msg.kind == "verdict":
+                worker.kill()
+
+        async with running_stack(config):
+            events, results = await run_jobs(
+                config, jobs, timeout_s=120, on_message=kill_after_first_verdict
+            )
+    finally:
+        worker.stop()
+    assert set(results) == {j.id for j in jobs}
+    assert all(len(r) == 1 and r[0].status == "ok" for r in results.values())
+    timed_out = [
+        e for evs in events.values() for e in evs if e.kind == "verdict" and "timeout" in e.detail
+    ]
+    assert timed_out and all(e.verdict == "unknown" for e in timed_out)
+    steps = [s for r in results.values() for s in r[0].steps]
+    assert any(s.verdict == "unknown" for s in steps)

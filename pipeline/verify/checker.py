@@ -1,0 +1,459 @@
+"""An incremental Z3 checker: is a step's claim implied, refuted, or neither, by what came before?
+
+State S = the premises (the job's premise strings and the relations in the problem text) plus
+the claims of the accepted steps. For a step with claims C (their conjunction):
+
+* no claims -> no_claim; a limit or unreadable text -> unknown("limit" / "unparseable");
+* S unsat -> unknown("inconsistent_premises");
+* S and C unsat -> contradicted; S and not C unsat -> entailed; else consistent;
+* Z3 gives up -> unknown("timeout") when the deadline was hit, else unknown("solver").
+
+Claims without variables are decided by exact Fraction arithmetic, without Z3; a Z3 context
+is only created when a variable appears. A claim asserts that its divisions are defined:
+dividing by a constant zero makes it false (contradicted, detail "division by zero"), and
+`a / d` with a symbolic `d` adds `d != 0` to the claim. Variables are Reals.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import z3
+
+from pipeline.verify.claims import (
+    DEFAULT_LIMITS,
+    ClaimError,
+    ClaimLimits,
+    Expr,
+    Neg,
+    Num,
+    Pow,
+    Relation,
+    Var,
+    apply_op,
+    check_exponent,
+    clear_parse_cache,
+    evaluate,
+    extract_claims,
+    extract_premises,
+    holds,
+    power,
+    variables,
+)
+
+ENTAILED = "entailed"
+CONTRADICTED = "contradicted"
+CONSISTENT = "consistent"
+NO_CLAIM = "no_claim"
+UNKNOWN = "unknown"
+VERDICTS = (ENTAILED, CONTRADICTED, CONSISTENT, NO_CLAIM, UNKNOWN)
+
+# Reasons that come with UNKNOWN.
+LIMIT = "limit"
+UNPARSEABLE = "unparseable"
+TIMEOUT = "timeout"
+INCONSISTENT_PREMISES = "inconsistent_premises"
+SOLVER = "solver"
+
+_MAX_DETAIL = 120
+
+
+@dataclass(frozen=True, slots=True)
+class StepVerdict:
+    """The verdict on one step; `detail` is short text for people."""
+
+    verdict: str
+    reason: str = ""
+    detail: str = ""
+    num_claims: int = 0
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= _MAX_DETAIL else text[: _MAX_DETAIL - 3] + "..."
+
+
+class _Undefined(Exception):
+    """A claim divides by a constant zero."""
+
+
+class Checker:
+    """Premises plus accepted steps, checked incrementally; one Z3 context per checker."""
+
+    def __init__(
+        self,
+        premises: Iterable[str] = (),
+        problem: str = "",
+        *,
+        limits: ClaimLimits = DEFAULT_LIMITS,
+        timeout_ms: int = 200,
+    ) -> None:
+        self.limits = limits
+        self.timeout_ms = max(1, int(timeout_ms))
+        self.num_skipped_premises = 0
+        self.num_accepted = 0
+        rels: list[Relation] = []
+        for text in premises:
+            try:
+                rels.extend(extract_claims(text, limits))
+            except ClaimError:
+                self.num_skipped_premises += 1
+        rels.extend(extract_premises(problem, limits))
+        self.premises: tuple[Relation, ...] = tuple(dict.fromkeys(rels))
+        names = variables(self.premises)
+        self.answer_var: str | None = next(iter(names)) if len(names) == 1 else None
+        self._ctx: z3.Context | None = None
+        self._solver: z3.Solver | None = None  # incremental, holds S
+        self._nl_solver: z3.Solver | None = None  # nlsat over S, for nonlinear checks
+        self._state_linear = True
+        self._state_bits = 0  # the largest constant in S
+        self.num_dropped_claims = 0  # nonlinear claims with large numbers kept out of S
+        self._vars: dict[str, z3.ArithRef] = {}
+        # True/False once known; None when S changed since the last satisfiability check.
+        self._state_sat: bool | None = True
+        self._premises_inconsistent = False
+        self._init_state()
+
+    def _init_state(self) -> None:
+        symbolic = []
+        for rel in self.premises:
+            try:
+                value = self._ground_value(rel)
+            except (ClaimError, _Undefined):
+                value = False
+            if value is False:
+                self._state_sat, self._premises_inconsistent = False, True
+                return
+            if value is None:
+                symbolic.append(rel)
+        if symbolic:
+            try:
+                self._assert(symbolic)
+                self._state_sat = None
+                sat = self._state_is_sat(time.monotonic() + self.timeout_ms / 1000)
+            except Exception:  # noqa: BLE001 - e.g. `x / 0 = 1`: a premise that cannot hold
+                sat = False
+            # Undecided in time (None): later checks ask again, under their own deadline.
+            self._premises_inconsistent = sat is False
+            self._state_sat = sat
+
+    # ---- public API --------------------------------------------------------------------------
+
+    def check(self, step: str) -> StepVerdict:
+        """The verdict on `step` given the premises and accepted steps; never changes state."""
+        try:
+            return self._check(step)
+        except Exception as e:  # noqa: BLE001 - any input must give a verdict, never a crash
+            return StepVerdict(UNKNOWN, SOLVER, _short(f"{type(e).__name__}: {e}"))
+
+    def accept(self, step: str) -> None:
+        """Add the step's claims with variables to the state.
+
+        A step that yields no claims (or fails to parse) adds nothing. Claims without variables
+        carry no information and are not added, so a false constant claim cannot poison the
+        state. Accepting a claim that contradicts the state makes it unsat; every later check is
+        then unknown("inconsistent_premises"). Callers should not accept contradicted steps.
+        """
+        self.num_accepted += 1
+        try:
+            claims = extract_claims(step, self.limits, self.answer_var)
+            symbolic = [rel for rel in claims if variables([rel])]
+            if symbolic and self._state_sat is not False:
+                self._assert(symbolic)
+                self._state_sat = None
+        except Exception:  # noqa: BLE001, S110 - an unreadable step adds nothing
+            pass
+
+    # ---- internals ---------------------------------------------------------------------------
+
+    def _check(self, step: str) -> StepVerdict:
+        deadline = time.monotonic() + self.timeout_ms / 1000
+        try:
+            claims = extract_claims(step, self.limits, self.answer_var)
+        except ClaimError as e:
+            return StepVerdict(UNKNOWN, e.reason, _short(str(e)))
+        n = len(claims)
+        if not claims:
+            return StepVerdict(NO_CLAIM)
+        if self._premises_inconsistent:
+            return StepVerdict(UNKNOWN, INCONSISTENT_PREMISES, "the premises are unsat", n)
+        symbolic: list[Relation] = []
+        for rel in claims:
+            try:
+                value = self._ground_value(rel)
+            except ClaimError as e:
+                return StepVerdict(UNKNOWN, e.reason, _short(f"{rel.text}: {e}"), n)
+            except _Undefined:
+                return StepVerdict(CONTRADICTED, "", _short(f"{rel.text}: division by zero"), n)
+            if value is False:
+                if self._state_is_sat(deadline) is not True:  # unsat or undecided state
+                    return self._unknown_state(deadline, n)
+                return StepVerdict(CONTRADICTED, "", _short(f"{rel.text} is false"), n)
+            if value is None:
+                symbolic.append(rel)
+        if symbolic:
+            return self._check_symbolic(symbolic, deadline, n)
+        if self._state_is_sat(deadline) is not True:
+            return self._unknown_state(deadline, n)
+        return StepVerdict(ENTAILED, "", "", n)
+
+    def _unknown_state(self, deadline: float, n: int) -> StepVerdict:
+        if self._state_sat is False:
+            return StepVerdict(UNKNOWN, INCONSISTENT_PREMISES, "the accepted steps are unsat", n)
+        return StepVerdict(UNKNOWN, self._timeout_reason(deadline), "state undecided", n)
+
+    def _check_symbolic(self, claims: list[Relation], deadline: float, n: int) -> StepVerdict:
+        try:
+            claim, build = self._to_z3(claims)
+        except ClaimError as e:
+            return StepVerdict(UNKNOWN, e.reason, _short(str(e)), n)
+        except _Undefined:
+            text = claims[0].text if len(claims) == 1 else "a claim"
+            return StepVerdict(CONTRADICTED, "", _short(f"{text}: division by zero"), n)
+        texts = ", ".join(rel.text for rel in claims)
+        is_linear = self._state_linear and not build.is_nonlinear
+        if not is_linear and max(build.max_bits, self._state_bits) > self.limits.max_nonlinear_bits:
+            # nlsat on large coefficients can run for seconds past any timeout.
+            return StepVerdict(UNKNOWN, LIMIT, _short(f"{texts}: nonlinear, large numbers"), n)
+        if self._state_sat is False:
+            return self._unknown_state(deadline, n)
+        with_claim = self._solve(claim, is_linear, deadline)
+        if with_claim == z3.sat:
+            self._state_sat = True  # S and C sat: S is, no need to ask on its own
+        elif with_claim == z3.unsat:
+            if self._state_is_sat(deadline) is not True:  # S itself unsat or undecided
+                return self._unknown_state(deadline, n)
+            detail = f"{texts} is refuted by the premises and accepted steps"
+            return StepVerdict(CONTRADICTED, "", _short(detail), n)
+        if with_claim == z3.unknown:
+            return StepVerdict(UNKNOWN, self._timeout_reason(deadline), _short(texts), n)
+        without = self._solve(z3.Not(claim), is_linear, deadline)
+        if without == z3.unsat:
+            return StepVerdict(ENTAILED, "", "", n)
+        if without == z3.unknown:
+            return StepVerdict(UNKNOWN, self._timeout_reason(deadline), _short(texts), n)
+        return StepVerdict(CONSISTENT, "", _short(f"{texts} is not implied"), n)
+
+    def _timeout_reason(self, deadline: float) -> str:
+        return TIMEOUT if time.monotonic() >= deadline - 0.005 else SOLVER
+
+    def _ground_value(self, rel: Relation) -> bool | None:
+        """True/False for a claim without variables, None when it has one."""
+        try:
+            lhs, rhs = evaluate(rel.lhs, self.limits), evaluate(rel.rhs, self.limits)
+        except ZeroDivisionError:
+            raise _Undefined from None
+        if lhs is None or rhs is None:
+            return None
+        return holds(lhs, rel.op, rhs)
+
+    def _state_is_sat(self, deadline: float) -> bool | None:
+        """Whether S is sat (cached until the next accept); None when Z3 cannot tell in time."""
+        if self._state_sat is None:
+            result = self._solve(None, True, deadline)
+            self._state_sat = None if result == z3.unknown else result == z3.sat
+        return self._state_sat
+
+    def _solve(
+        self, extra: z3.BoolRef | None, is_linear: bool, deadline: float
+    ) -> z3.CheckSatResult:
+        remaining_ms = int((deadline - time.monotonic()) * 1000)
+        if remaining_ms <= 0:
+            return z3.unknown
+        solver = self._pick_solver(is_linear and self._state_linear)
+        solver.set("timeout", remaining_ms)
+        if extra is None:
+            return solver.check()
+        solver.push()
+        try:
+            solver.add(extra)
+            return solver.check()
+        finally:
+            solver.pop()
+
+    def _pick_solver(self, is_linear: bool) -> z3.Solver:
+        # Linear arithmetic: the incremental SMT solver, which honours its timeout. Nonlinear:
+        # nlsat, rebuilt after each accept; the SMT core's nonlinear engines can overrun a
+        # timeout by seconds, nlsat stops close to it.
+        solver = self._ensure_solver()
+        if is_linear:
+            return solver
+        if self._nl_solver is None:
+            self._nl_solver = z3.Tactic("qfnra-nlsat", ctx=self._ctx).solver()
+            self._nl_solver.add(solver.assertions())
+        return self._nl_solver
+
+    def _ensure_solver(self) -> z3.Solver:
+        if self._solver is None:
+            self._ctx = z3.Context()
+            self._solver = z3.Solver(ctx=self._ctx)
+        return self._solver
+
+    def _assert(self, rels: list[Relation]) -> None:
+        """Add `rels` to S; one that would make S nonlinear with large numbers is dropped."""
+        solver = self._ensure_solver()
+        for rel in rels:
+            formula, build = self._to_z3([rel])
+            is_linear = self._state_linear and not build.is_nonlinear
+            bits = max(self._state_bits, build.max_bits)
+            if not is_linear and bits > self.limits.max_nonlinear_bits:
+                self.num_dropped_claims += 1
+                continue
+            solver.add(formula)
+            self._state_linear, self._state_bits = is_linear, bits
+        self._nl_solver = None
+
+    # ---- AST -> Z3 ---------------------------------------------------------------------------
+
+    def _to_z3(self, rels: list[Relation]) -> tuple[z3.BoolRef, _Build]:
+        """The conjunction of `rels` (with `d != 0` for each symbolic divisor d), and its traits."""
+        self._ensure_solver()  # creates the context the terms live in
+        build = _Build()
+        parts = []
+        for rel in rels:
+            lhs = self._as_z3(self._term(rel.lhs, build), build)
+            rhs = self._as_z3(self._term(rel.rhs, build), build)
+            parts.append(_RELATE[rel.op](lhs, rhs))
+        parts[:0] = build.guards
+        return (parts[0] if len(parts) == 1 else z3.And(parts)), build
+
+    def _as_z3(self, value: Fraction | z3.ArithRef, build: _Build) -> z3.ArithRef:
+        if isinstance(value, Fraction):
+            bits = max(value.numerator.bit_length(), value.denominator.bit_length())
+            build.max_bits = max(build.max_bits, bits)
+            return z3.RealVal(f"{value.numerator}/{value.denominator}", self._ctx)
+        return value
+
+    def _term(self, expr: Expr, build: _Build) -> Fraction | z3.ArithRef:
+        """A Fraction for a constant subtree (folded exactly), else a Z3 term."""
+        if isinstance(expr, Num):
+            return expr.value
+        if isinstance(expr, Var):
+            if expr.name not in self._vars:
+                self._vars[expr.name] = z3.Real(expr.name, self._ctx)
+            return self._vars[expr.name]
+        if isinstance(expr, Neg):
+            return -self._term(expr.operand, build)
+        if isinstance(expr, Pow):
+            exponent = check_exponent(evaluate(expr.exponent, self.limits), self.limits)
+            base = self._term(expr.base, build)
+            if isinstance(base, Fraction):
+                return power(base, exponent, self.limits)
+            if exponent == 0:  # x^0 = 1; Z3's `**` would leave 0^0 unspecified
+                return Fraction(1)
+            build.is_nonlinear |= exponent > 1
+            result = base
+            for _ in range(exponent - 1):
+                result = result * base
+            return result
+        left, right = self._term(expr.left, build), self._term(expr.right, build)
+        if isinstance(left, Fraction) and isinstance(right, Fraction):
+            try:
+                return apply_op(expr.op, left, right, self.limits)
+            except ZeroDivisionError:
+                raise _Undefined from None
+        if expr.op == "/":
+            if isinstance(right, Fraction):
+                if right == 0:
+                    raise _Undefined
+            else:
+                build.guards.append(right != 0)
+                build.is_nonlinear = True
+        elif expr.op == "*":
+            build.is_nonlinear |= not isinstance(left, Fraction) and not isinstance(right, Fraction)
+        left, right = self._as_z3(left, build), self._as_z3(right, build)
+        if expr.op == "+":
+            return left + right
+        if expr.op == "-":
+            return left - right
+        if expr.op == "*":
+            return left * right
+        return left / right
+
+
+@dataclass(slots=True)
+class _Build:
+    """What translating a claim found besides its term: divisor guards, nonlinearity."""
+
+    guards: list[z3.BoolRef] = field(default_factory=list)
+    is_nonlinear: bool = False
+    max_bits: int = 0  # the largest constant's numerator or denominator
+
+
+_RELATE = {
+    "=": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+}
+
+
+# ---- stateless entry point (the task queue's) ------------------------------------------------
+
+CACHE_SIZE = 256
+_cache: OrderedDict[tuple, Checker] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def _checker_for(
+    problem: str, premises: tuple[str, ...], accepted: tuple[str, ...], timeout_ms: int
+) -> Checker:
+    """A cached checker for this prefix, or one moved forward from the longest cached prefix.
+
+    A checker is only ever stored under one key; extending it removes it from its old key first,
+    so no cached entry is mutated behind another key's back.
+    """
+    key = (problem, premises, accepted, timeout_ms)
+    checker = _cache.get(key)
+    if checker is not None:
+        _cache.move_to_end(key)
+        return checker
+    start = 0
+    for cut in range(len(accepted) - 1, -1, -1):
+        old = (problem, premises, accepted[:cut], timeout_ms)
+        if old in _cache:
+            checker, start = _cache.pop(old), cut
+            break
+    if checker is None:
+        checker = Checker(premises, problem, timeout_ms=timeout_ms)
+    for step in accepted[start:]:
+        checker.accept(step)
+    _cache[key] = checker
+    while len(_cache) > CACHE_SIZE:
+        _cache.popitem(last=False)
+    return checker
+
+
+def check_step(
+    problem: str,
+    premises: Sequence[str],
+    accepted: Sequence[str],
+    step: str,
+    *,
+    timeout_ms: int = 200,
+) -> StepVerdict:
+    """Check `step` after `accepted` (in order) under the problem's premises; never raises.
+
+    Checkers are kept in a process-wide LRU keyed by the prefix, so the calls of one job reuse
+    the work of the previous call. Calls are serialized by a lock: one check at a time per
+    process (a Celery prefork worker runs one task per process anyway).
+    """
+    try:
+        with _cache_lock:
+            checker = _checker_for(problem, tuple(premises), tuple(accepted), timeout_ms)
+            return checker.check(step)
+    except Exception as e:  # noqa: BLE001 - the task must always get a verdict
+        return StepVerdict(UNKNOWN, SOLVER, _short(f"{type(e).__name__}: {e}"))
+
+
+def clear_cache() -> None:
+    """Drop every cached checker and parsed step (tests and benchmarks)."""
+    with _cache_lock:
+        _cache.clear()
+    clear_parse_cache()

@@ -443,11 +443,45 @@ def clear_parse_cache() -> None:
 _PROSE_SPLIT = re.compile(r"[A-Za-z]{2,}|[,;:?!](?!=)|\.(?![0-9])|[^\x20-\x7e×÷−≤≥≠]")
 
 
+# The variable that stands for the asked value of "Compute <expr>." style questions.
+QUESTION_VAR = "A"
+_ASKED = (
+    # "Compute (7 + 8) * 3 - 5.", "Calculate 5 - 3 - 6.", "What is 12 + 7?"
+    re.compile(r"\b(?:compute|calculate|evaluate|what\s+is)\s+(?P<e>[^=?\n]+?)\s*[.?]?\s*$", re.I),
+    # "... the following arithmetic problem: 4 - 1 - 7 ="
+    re.compile(r"(?:^|:)\s*(?P<e>[-+(0-9][^=:\n]*?)\s*=\s*$"),
+)
+
+
+def question_premise(text: str, limits: ClaimLimits = DEFAULT_LIMITS) -> Relation | None:
+    """`A = <expr>` for a question that asks for the value of a variable-free expression
+    (`Compute (7 + 8) * 3 - 5.`, `... problem: 4 - 1 - 7 =`), so a bare `Answer: 40` is
+    checked against it; None otherwise. Never raises."""
+    try:
+        lines = [ln for ln in text[: limits.max_line_chars].strip().splitlines() if ln.strip()]
+        if not lines:
+            return None
+        last = re.sub(r"^\s*Q:\s*", "", lines[-1])
+        for pattern in _ASKED:
+            if (m := pattern.search(last)) is None:
+                continue
+            (rel,) = _parse_chain(f"{QUESTION_VAR} = {m.group('e')}", limits)
+            if variables([rel]) == {QUESTION_VAR}:
+                return rel
+    except Exception:  # noqa: BLE001 - free text must never break a job
+        return None
+    return None
+
+
 def extract_premises(text: str, limits: ClaimLimits = DEFAULT_LIMITS) -> list[Relation]:
     """The relations stated in free text (a problem statement); the rest is ignored.
 
-    `Solve the system: 4x + y = 33, 2x - y = 3.` -> [4x + y = 33, 2x - y = 3]. Never raises.
+    `Solve the system: 4x + y = 33, 2x - y = 3.` -> [4x + y = 33, 2x - y = 3];
+    `Compute (7 + 8) * 3.` -> [A = (7 + 8) * 3] (see `question_premise`). Never raises.
     """
+    asked = question_premise(text, limits)
+    if asked is not None:
+        return [asked]
     premises: list[Relation] = []
     try:
         for piece in _PROSE_SPLIT.split(text[: limits.max_step_chars * 4]):

@@ -151,8 +151,8 @@ def test_accept_rules():
 
 
 def test_no_z3_context_for_pure_arithmetic():
-    checker = Checker((), "Compute (3 + 8 + 9) / 4.")
-    for step in ("3 + 8 = 11", "11 + 9 = 20", "20 / 4 = 5", "Answer: 5"):
+    checker = Checker((), "A box holds 12 books. Ines buys 7 boxes. How many books?")
+    for step in ("12 * 7 = 10 * 7 + 2 * 7 = 70 + 14 = 84", "Answer: 84"):
         checker.check(step)
         checker.accept(step)
     assert checker._ctx is None
@@ -362,3 +362,11 @@ def test_fuzz_checker_expressions(step):
 @given(st.text())
 def test_fuzz_checker_text(step):
     _bounded_check(step)
+
+
+def test_a_bare_answer_is_checked_against_the_asked_expression():
+    problem = "Q: Compute 4 + 8 - 1 - 7.\n"
+    wrong_chain = ("4 + 8 = 12", "12 - 1 = 11", "11 - 8 = 3")  # true arithmetic, wrong operand
+    assert check_step(problem, (), wrong_chain, "Answer: 3").verdict == "contradicted"
+    right_chain = ("4 + 8 = 12", "12 - 1 = 11", "11 - 7 = 4")
+    assert check_step(problem, (), right_chain, "Answer: 4").verdict == "entailed"

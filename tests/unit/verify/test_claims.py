@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from pipeline.verify.claims import (
     DEFAULT_LIMITS,
+    QUESTION_VAR,
     BinOp,
     ClaimError,
     ClaimLimits,
@@ -22,6 +23,7 @@ from pipeline.verify.claims import (
     evaluate,
     extract_claims,
     extract_premises,
+    question_premise,
     variables,
 )
 
@@ -173,7 +175,7 @@ def test_limits_are_configurable():
         ("Solve for x: 5x + 8 = 33.", ["5x + 8 = 33"]),
         ("Solve for x: 5(x + 8) = 65.", ["5(x + 8) = 65"]),
         ("If 3x + 7 = 22 and x > 0, find x; total = 5?", ["3x + 7 = 22", "x > 0"]),
-        ("Compute (3 + 8 + 9) / 4.", []),
+        ("Compute (3 + 8 + 9) / 4.", ["A = (3 + 8 + 9) / 4"]),  # the asked value
         ("A lamp costs 90 dollars. Ravi buys a lamp with 10% off.", []),
         ("9^9^9^9 = 1 and x = ３", []),
     ],
@@ -243,3 +245,26 @@ def test_fuzz_random_text(text):
 def test_fuzz_expressions(text, answer_var):
     _only_claim_errors(text, answer_var)
     assert isinstance(extract_premises(text), list)
+
+
+@pytest.mark.parametrize(
+    ("question", "value"),
+    [
+        ("Q: Compute (3 + 8 + 9) / 4.\n", Fraction(5)),
+        ("Calculate 5 - 3 - 6.", Fraction(-4)),
+        ("Q: What is 12 + 7?\n", Fraction(19)),
+        ("State the final answer to the following arithmetic problem: 4 - 1 - 7 =", Fraction(-4)),
+    ],
+)
+def test_a_question_asking_for_a_value_becomes_a_premise_on_the_answer(question, value):
+    rel = question_premise(question)
+    assert rel is not None and rel.lhs == Var(QUESTION_VAR) and evaluate(rel.rhs) == value
+    assert extract_premises(question) == [rel]
+
+
+@pytest.mark.parametrize(
+    "question",
+    ["Q: Solve for x: 4x + 42 = 94.\n", "Mia has 5 cards. What is the total?", "", "Compute x."],
+)
+def test_other_questions_ask_for_no_value(question):
+    assert question_premise(question) is None

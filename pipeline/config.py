@@ -70,8 +70,8 @@ class PipelineConfig:
     default_max_thinking_tokens: int = 512
     drain_timeout_s: float = 30.0  # SIGTERM: how long in-flight work may take to finish
     verdict_timeout_s: float = 10.0  # decode: a step whose verdict is this late is `unknown`
-    max_retries: int = 3  # decode: resamples of a contradicted step (then the step before it)
-    max_backtracks: int = 12  # decode: per job, then it finishes as unverified
+    max_retries: int = 8  # decode: resamples of a contradicted step (then the step before it)
+    max_backtracks: int = 32  # decode: per job, then it finishes as unverified
 
     def __post_init__(self) -> None:
         if self.kv_transport not in ("shm", "cuda_ipc"):

@@ -36,8 +36,8 @@ _MASK63 = (1 << 63) - 1
 @dataclass(frozen=True, slots=True)
 class ReasoningConfig:
     verify: str = "async"
-    max_retries: int = 3  # resamples of one step before the step before it is dropped too
-    max_backtracks: int = 12  # per job; then it finishes as unverified
+    max_retries: int = 8  # resamples of one step before the step before it is dropped too
+    max_backtracks: int = 32  # per job; then it finishes as unverified
     verdict_timeout_s: float = 10.0
 
     def __post_init__(self) -> None:

@@ -56,10 +56,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "the Z3 checker in a separate process, contradicted steps backtracked (budget: later)",
     )
     parser.add_argument(
-        "--max-retries", type=int, default=3, help="resamples of a contradicted step (verify)"
+        "--max-retries", type=int, default=8, help="resamples of a contradicted step (verify)"
     )
     parser.add_argument(
-        "--max-backtracks", type=int, default=12, help="backtracks per problem (verify)"
+        "--max-backtracks", type=int, default=32, help="backtracks per problem (verify)"
     )
     parser.add_argument("--out", default=None, help="write the JSON report here")
     parser.add_argument("--batch-size", type=int, default=64, help="prompts per engine call")

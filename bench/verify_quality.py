@@ -3,8 +3,9 @@
     python bench/verify_quality.py --n 500 --seed 0
 
 The same problems, prompts and sampling seeds in every mode; one fresh engine per mode (so no
-mode profits from another's prefix cache), after one untimed warm-up pass; one engine thread, with the checker in one separate
-process (the second core), as a decode worker and a Celery worker would share a machine.
+mode profits from another's prefix cache), after one untimed warm-up pass; one engine thread,
+with the checker in one separate process (the second core), as a decode worker and a Celery
+worker would share a machine.
 "off" runs through the same reasoning machine with no checks. Reports accuracy, mean tokens per
 problem (wasted ones included), backtracks, give-ups and throughput: over the whole run, and
 "saturated" (while the running batch is full, before the drain tail of a fixed problem set).

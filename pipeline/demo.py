@@ -7,6 +7,7 @@ import statistics
 import sys
 import time
 import uuid
+from collections import Counter
 
 from pipeline import schema
 from pipeline.client import StepwiseClient
@@ -33,7 +34,7 @@ async def run_demo(kafka: str, prefix: str, n: int, seed: int, show: int = 1) ->
                 id=f"demo-{tag}-{i}",
                 prompt=" ".join(p.question.split()),
                 premises=list(p.premises),
-                params=schema.JobParams(temperature=0.7, seed=seed + i, max_tokens=256),
+                params=schema.JobParams(temperature=0.7, seed=seed + i, max_tokens=512),
             ),
         )
         for i, p in enumerate(problems)
@@ -49,13 +50,20 @@ async def run_demo(kafka: str, prefix: str, n: int, seed: int, show: int = 1) ->
                 if isinstance(msg, schema.Result):
                     results[msg.id] = msg
                     bar.update(1)
-                elif msg.kind == "step" and len(shown) < 12 and msg.id in list(jobs)[:show]:
-                    shown.append(f"  [{msg.id}] step {msg.step}: {msg.text}")
+                elif len(shown) < 16 and msg.id in list(jobs)[:show]:
+                    if msg.kind == "step":
+                        shown.append(f"  step {msg.step}: {msg.text}")
+                    elif msg.kind == "verdict":
+                        why = f": {msg.detail}" if msg.detail else ""
+                        shown.append(f"      {msg.verdict}{why}")
+                    elif msg.kind == "backtrack":
+                        shown.append(f"  <- backtrack: {msg.detail}")
     wall = time.perf_counter() - t0
     ok = [r for r in results.values() if r.status == "ok"]
     correct = sum(answers_match(r.answer, jobs[r.id][0].answer) for r in ok)
     e2e = [float(r.timings.e2e_ms) for r in ok if r.timings.e2e_ms is not None]
     tokens = [r.usage.completion_tokens for r in ok]
+    verdicts = Counter(s.verdict for r in ok for s in r.steps)
     first = next(iter(jobs.values()))
     return {
         "jobs": len(jobs),
@@ -68,6 +76,10 @@ async def run_demo(kafka: str, prefix: str, n: int, seed: int, show: int = 1) ->
         "jobs_per_s": len(ok) / wall,
         "tokens_per_s": sum(tokens) / wall,
         "wall_s": wall,
+        "backtracks": sum(r.usage.backtracks for r in ok),
+        "wasted_tokens": sum(r.usage.wasted_tokens for r in ok),
+        "gave_up": sum(r.budget.stop_reason == "unverified" for r in ok),
+        "verdicts": dict(verdicts),
         "sample_question": first[0].question,
         "sample_gold": first[0].answer,
         "sample_steps": shown,
@@ -89,6 +101,11 @@ def print_report(r: dict) -> None:
         ("mean completion tokens", f"{r['mean_completion_tokens']:.1f}"),
         ("throughput", f"{r['jobs_per_s']:.2f} jobs/s, {r['tokens_per_s']:.1f} tokens/s"),
         ("wall time", f"{r['wall_s']:.1f} s"),
+        ("step verdicts", ", ".join(f"{k} {v}" for k, v in sorted(r["verdicts"].items()))),
+        (
+            "backtracks / wasted tokens / gave up",
+            f"{r['backtracks']} / {r['wasted_tokens']} / {r['gave_up']}",
+        ),
     ]
     width = max(len(k) for k, _ in rows)
     for k, v in rows:

@@ -198,6 +198,23 @@ class Engine:
         if seed is not None:
             seq.seed = seed
 
+    def append_tokens(self, request_id: str, token_ids: list[int]) -> None:
+        """Put tokens the caller chose after the sequence's last one (an answer cue, say): their
+        KV is computed with the next step, and sampling continues after them."""
+        seq = self._get(request_id)
+        vocab = self.model_config.vocab_size
+        if any(not 0 <= t < vocab for t in token_ids):
+            raise InvalidRequestError(f"token ids must lie in [0, {vocab})")
+        if seq.num_tokens + len(token_ids) >= self.max_model_len:
+            raise InvalidRequestError("appending these tokens would fill the context")
+        for t in token_ids:
+            seq.token_ids.append(t)
+            if self.step_detector is not None:
+                ends, seq.step_tail = self.step_detector.feed(seq.step_tail, t)
+                if ends:
+                    seq.step_ends.append(seq.num_tokens)
+        seq.pending_finish = None
+
     def finish(self, request_id: str, reason: str | None = None) -> Sequence:
         """End a sequence now (a held finish, or early): its blocks are freed, its tokens kept.
 
@@ -287,6 +304,7 @@ class Engine:
         self, seq: Sequence, token: int, logprob: float, entropy: float
     ) -> TokenOutput:
         seq.token_ids.append(token)
+        seq.cumulative_logprob += logprob
         ends_step = False
         if self.step_detector is not None:
             ends_step, seq.step_tail = self.step_detector.feed(seq.step_tail, token)

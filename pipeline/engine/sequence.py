@@ -32,6 +32,7 @@ class Sequence:
         "finish_reason",
         "pending_finish",
         "num_discarded_tokens",
+        "cumulative_logprob",
         "arrival",
     )
 
@@ -58,6 +59,7 @@ class Sequence:
         self.finish_reason: str | None = None
         self.pending_finish: str | None = None  # a held finish (SamplingParams.pause_on_finish)
         self.num_discarded_tokens = 0  # generated tokens that rollbacks threw away
+        self.cumulative_logprob = 0.0  # of the sampled tokens (rollbacks do not undo it)
         self.arrival = arrival
 
     @property

@@ -2,9 +2,11 @@
 
 import shutil
 
+import pytest
 import torch
 
 from pipeline.engine import Engine, EngineConfig, Request, SamplingParams
+from pipeline.errors import InvalidRequestError
 from tests.model_factory import add_char_tokenizer
 
 SAMPLED = SamplingParams(temperature=0.9, top_p=0.95, seed=1234, max_tokens=48, ignore_eos=True)
@@ -255,3 +257,23 @@ def test_charged_rollbacks_count_toward_max_tokens(llama_dir):
     finish(engine)
     assert seq.num_discarded_tokens == 6 and seq.num_output_tokens == 14
     assert seq.finish_reason == "length"
+
+
+def test_appended_tokens_are_computed_and_sampling_continues_after_them(llama_dir):
+    ids, cue = prompt(11), prompt(5, seed=9)
+    greedy = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    # Reference: the prompt, 4 generated tokens and the cue, all as one prompt.
+    engine = make_engine(llama_dir)
+    first = engine.generate([ids], SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))
+    head = ids + first[0].token_ids
+    expected = make_engine(llama_dir).generate([head + cue], greedy)[0].token_ids
+    engine = make_engine(llama_dir)
+    long_greedy = SamplingParams(temperature=0, max_tokens=50, ignore_eos=True)
+    seq = engine.add(Request("a", ids, long_greedy))
+    run_until(engine, "a", 4)
+    engine.append_tokens("a", cue)
+    assert seq.token_ids == head + cue
+    run_until(engine, "a", 4 + len(cue) + 12)
+    assert seq.token_ids[len(head) + len(cue) :] == expected
+    with pytest.raises(InvalidRequestError):
+        engine.append_tokens("a", [10**6])

@@ -1,0 +1,394 @@
+"""Prometheus metrics every stage shares, the helpers that record them, and `/metrics` serving.
+
+One `Metrics` object holds every metric on one CollectorRegistry; the module's `DEFAULT` is the
+process's own (tests build their own with a fresh registry). The module-level helpers
+(`observe_result`, `observe_step`, `set_kv_usage`, ...) record into `DEFAULT`, so a worker
+stays one call per figure. Labels are small, closed sets (stage, slo_class, status, verdict,
+...): a value outside its set raises ValueError, and no job id, tenant or user ever becomes a
+label. The metric reference is docs/telemetry.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import typing
+from collections.abc import Iterable
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    Info,
+    PlatformCollector,
+    ProcessCollector,
+    start_http_server,
+)
+
+from pipeline import schema
+
+log = logging.getLogger(__name__)
+
+# -- label sets (closed: anything else is a bug, not a new series) ----------------------------
+
+SLO_CLASSES: tuple[str, ...] = typing.get_args(schema.SloClass)
+VERDICTS: tuple[str, ...] = typing.get_args(schema.Verdict)
+STATUSES: tuple[str, ...] = typing.get_args(typing.get_type_hints(schema.Result)["status"])
+STOP_REASONS: tuple[str, ...] = typing.get_args(
+    typing.get_type_hints(schema.BudgetReport)["stop_reason"]
+)
+WORKER_STAGES = ("ingest", "prefill", "decode", "verify", "budget")  # who exports
+LATENCY_STAGES = ("queue", "ingest", "prefill", "decode", "verify")  # what took the time
+CACHE_LEVELS = ("answer", "step", "prefix")
+CACHE_LAYERS = ("l1", "l2")  # l1: in-process LRU, l2: Redis
+ALLOWED_LABELS = frozenset(
+    {"stage", "slo_class", "status", "stop_reason", "verdict", "level", "layer", "model"}
+)
+
+# -- buckets ---------------------------------------------------------------------------------
+
+LATENCY_BUCKETS = (
+    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 0.75,
+    1.0, 1.5, 2.5, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0,
+)  # fmt: skip
+CHECK_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1, 2.5, 5, 10)
+STEP_TOKEN_BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+JOB_STEP_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+
+METRICS_PORT_ENV = "STEPWISE_METRICS_PORT"
+METRICS_ADDR_ENV = "STEPWISE_METRICS_ADDR"
+DISABLED = -1  # STEPWISE_METRICS_PORT=-1: serve nothing
+OTHER = "other"  # a value read from a Result that is outside its label set
+
+
+def _check(value: str, allowed: Iterable[str], label: str) -> str:
+    if value not in allowed:
+        raise ValueError(f"{label}={value!r} is not one of {tuple(allowed)}")
+    return value
+
+
+def _or_other(value: str, allowed: Iterable[str]) -> str:
+    """A label value read from a message: one outside its set becomes `other`, never a series
+    of its own, and never an exception on a worker's publish path."""
+    return value if value in allowed else OTHER
+
+
+class Metrics:
+    """Every Stepwise metric, registered on one CollectorRegistry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = r = registry if registry is not None else CollectorRegistry()
+        slo, stage = ("slo_class",), ("stage",)
+        # Latency (seconds) -------------------------------------------------------------------
+        self.ttft = Histogram(
+            "stepwise_ttft_seconds", "Time from job creation to its first token.",
+            slo, buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.e2e = Histogram(
+            "stepwise_e2e_latency_seconds", "Time from job creation to its Result.",
+            slo, buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.stage_latency = Histogram(
+            "stepwise_stage_latency_seconds", "Time a job spent in one stage (queue: admission).",
+            stage, buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        # Reasoning shape and work ------------------------------------------------------------
+        self.step_tokens = Histogram(
+            "stepwise_step_tokens", "Tokens in one reasoning step.",
+            buckets=STEP_TOKEN_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.job_steps = Histogram(
+            "stepwise_job_steps", "Accepted reasoning steps per finished job.",
+            slo, buckets=JOB_STEP_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.verdicts = Counter(
+            "stepwise_step_verdicts_total", "Steps of finished jobs, by verdict.",
+            ("verdict",), registry=r,
+        )  # fmt: skip
+        self.backtracks = Counter(
+            "stepwise_backtracks_total", "Rollbacks after a contradicted step.", slo, registry=r
+        )
+        self.wasted_tokens = Counter(
+            "stepwise_wasted_tokens_total", "Tokens discarded by backtracks.", slo, registry=r
+        )
+        self.probe_tokens = Counter(
+            "stepwise_probe_tokens_total", "Tokens spent on early-exit answer probes.",
+            slo, registry=r,
+        )  # fmt: skip
+        self.prompt_tokens = Counter(
+            "stepwise_prompt_tokens_total", "Prompt tokens of finished jobs.", slo, registry=r
+        )
+        self.completion_tokens = Counter(
+            "stepwise_completion_tokens_total", "Completion tokens of finished jobs.",
+            slo, registry=r,
+        )  # fmt: skip
+        self.jobs = Counter(
+            "stepwise_jobs_total", "Results published, by the stage that published them.",
+            ("stage", "status", "stop_reason", "slo_class"), registry=r,
+        )  # fmt: skip
+        self.generated_tokens = Counter(
+            "stepwise_engine_generated_tokens_total",
+            "Tokens the engine sampled (kept, discarded and probes alike).",
+            stage, registry=r,
+        )  # fmt: skip
+        # Load --------------------------------------------------------------------------------
+        self.lag = Gauge(
+            "stepwise_consumer_lag_messages", "Records behind the end of the stage's input topic.",
+            stage, registry=r,
+        )  # fmt: skip
+        self.kv_usage = Gauge(
+            "stepwise_kv_cache_usage_ratio", "Fraction of KV pool blocks in use (0-1).",
+            stage, registry=r,
+        )  # fmt: skip
+        self.kv_used = Gauge(
+            "stepwise_kv_cache_used_blocks", "KV pool blocks in use.", stage, registry=r
+        )
+        self.kv_capacity = Gauge(
+            "stepwise_kv_cache_capacity_blocks", "KV pool blocks in all.", stage, registry=r
+        )
+        self.inflight = Gauge(
+            "stepwise_inflight_sequences", "Sequences running in the engine.", stage, registry=r
+        )
+        # Cache -------------------------------------------------------------------------------
+        self.cache_hits = Counter(
+            "stepwise_cache_hits_total", "Cache lookups answered, by level and layer.",
+            ("level", "layer"), registry=r,
+        )  # fmt: skip
+        self.cache_misses = Counter(
+            "stepwise_cache_misses_total", "Cache lookups that found nothing at any layer.",
+            ("level",), registry=r,
+        )  # fmt: skip
+        # Budgets -----------------------------------------------------------------------------
+        self.budget_thinking = Gauge(
+            "stepwise_budget_max_thinking_tokens", "Current thinking-token limit.", slo, registry=r
+        )
+        self.budget_steps = Gauge(
+            "stepwise_budget_max_steps", "Current step limit.", slo, registry=r
+        )
+        self.budget_probe = Gauge(
+            "stepwise_budget_probe_effort", "Current early-exit probe effort.", slo, registry=r
+        )
+        self.budget_version = Gauge(
+            "stepwise_budget_version", "Version of the limits in force.", slo, registry=r
+        )
+        # Verify (Celery) ---------------------------------------------------------------------
+        self.checks = Counter(
+            "stepwise_verify_checks_total", "Step checks run, by verdict.", ("verdict",), registry=r
+        )
+        self.check_duration = Histogram(
+            "stepwise_verify_check_duration_seconds", "Time one step check took.",
+            buckets=CHECK_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.info = Info("stepwise_worker", "The stage and model this process serves.", registry=r)
+        # Series with a closed label set start at 0, so rate() works before the first event.
+        for verdict in VERDICTS:
+            self.verdicts.labels(verdict)
+            self.checks.labels(verdict)
+        for level in CACHE_LEVELS:
+            self.cache_misses.labels(level)
+            for layer in CACHE_LAYERS:
+                self.cache_hits.labels(level, layer)
+
+    # -- per job -------------------------------------------------------------------------------
+
+    def observe_result(self, result: schema.Result, stage: str = "decode") -> None:
+        """Record one published Result: its status, timings, and (unless cached) its work."""
+        _check(stage, WORKER_STAGES, "stage")
+        slo = _or_other(result.slo_class, SLO_CLASSES)
+        status = _or_other(result.status, STATUSES)
+        stop = _or_other(result.budget.stop_reason, STOP_REASONS)
+        self.jobs.labels(stage, status, stop, slo).inc()
+        t = result.timings
+        if t.ttft_ms is not None:
+            self.ttft.labels(slo).observe(t.ttft_ms / 1000)
+        if t.e2e_ms is not None:
+            self.e2e.labels(slo).observe(t.e2e_ms / 1000)
+        if t.queue_ms is not None:
+            self.stage_latency.labels("queue").observe(t.queue_ms / 1000)
+        for name, ms in t.stages.items():
+            if name in LATENCY_STAGES:  # a stage name from the wire: unknown ones are skipped
+                self.stage_latency.labels(name).observe(ms / 1000)
+        if result.status == "cached":
+            return  # the work was done (and counted) by the run that filled the cache
+        u = result.usage
+        self.backtracks.labels(slo).inc(u.backtracks)
+        self.wasted_tokens.labels(slo).inc(u.wasted_tokens)
+        self.probe_tokens.labels(slo).inc(u.probe_tokens)
+        self.prompt_tokens.labels(slo).inc(u.prompt_tokens)
+        self.completion_tokens.labels(slo).inc(u.completion_tokens)
+        if result.status == "ok":
+            self.job_steps.labels(slo).observe(u.steps)
+        for step in result.steps:
+            self.verdicts.labels(_or_other(step.verdict, VERDICTS)).inc()
+
+    def observe_step(self, num_tokens: int) -> None:
+        self.step_tokens.observe(num_tokens)
+
+    def observe_stage(self, stage: str, seconds: float) -> None:
+        self.stage_latency.labels(_check(stage, LATENCY_STAGES, "stage")).observe(seconds)
+
+    def add_generated_tokens(self, num_tokens: int, stage: str = "decode") -> None:
+        self.generated_tokens.labels(_check(stage, WORKER_STAGES, "stage")).inc(num_tokens)
+
+    # -- load ----------------------------------------------------------------------------------
+
+    def set_lag(self, stage: str, lag: int) -> None:
+        """Consumer lag of `stage`'s group on its input topic, summed over partitions."""
+        self.lag.labels(_check(stage, WORKER_STAGES, "stage")).set(lag)
+
+    def set_kv_usage(self, used_blocks: int, total_blocks: int, stage: str = "decode") -> None:
+        _check(stage, WORKER_STAGES, "stage")
+        self.kv_used.labels(stage).set(used_blocks)
+        self.kv_capacity.labels(stage).set(total_blocks)
+        self.kv_usage.labels(stage).set(used_blocks / total_blocks if total_blocks else 0.0)
+
+    def set_inflight(self, num_seqs: int, stage: str = "decode") -> None:
+        self.inflight.labels(_check(stage, WORKER_STAGES, "stage")).set(num_seqs)
+
+    # -- cache, budgets, verify ----------------------------------------------------------------
+
+    def cache_hit(self, level: str, layer: str = "l1") -> None:
+        _check(level, CACHE_LEVELS, "level")
+        self.cache_hits.labels(level, _check(layer, CACHE_LAYERS, "layer")).inc()
+
+    def cache_miss(self, level: str) -> None:
+        self.cache_misses.labels(_check(level, CACHE_LEVELS, "level")).inc()
+
+    def set_budget(self, slo_class: str, limits: object) -> None:
+        """Publish limits in force: any object with `max_thinking_tokens` and `max_steps`, and
+        optionally `probe_effort` and `version` (schema.Budget, the controller's limits)."""
+        _check(slo_class, SLO_CLASSES, "slo_class")
+        for gauge, attr in (
+            (self.budget_thinking, "max_thinking_tokens"),
+            (self.budget_steps, "max_steps"),
+            (self.budget_probe, "probe_effort"),
+            (self.budget_version, "version"),
+        ):
+            value = getattr(limits, attr, None)
+            if value is not None:
+                gauge.labels(slo_class).set(value)
+
+    def verify_check(self, verdict: str, seconds: float) -> None:
+        self.checks.labels(_check(verdict, VERDICTS, "verdict")).inc()
+        self.check_duration.observe(seconds)
+
+    def set_worker_info(self, stage: str, model: str = "") -> None:
+        self.info.info({"stage": _check(stage, WORKER_STAGES, "stage"), "model": model})
+
+
+def metric_names(metrics: Metrics) -> tuple[str, ...]:
+    """The exposed name of every Stepwise metric on `metrics`' registry (counters end `_total`,
+    the info metric `_info`)."""
+    names = []
+    for family in metrics.registry.collect():
+        suffix = {"counter": "_total", "info": "_info"}.get(family.type, "")
+        if family.name.startswith("stepwise_"):
+            names.append(family.name + suffix)
+    return tuple(sorted(names))
+
+
+# The process's registry: Stepwise's metrics plus process_* and python_* (CPU, memory, GC), as
+# on the library's global registry, which we leave alone.
+REGISTRY = CollectorRegistry()
+ProcessCollector(registry=REGISTRY)
+PlatformCollector(registry=REGISTRY)
+GCCollector(registry=REGISTRY)
+DEFAULT = Metrics(REGISTRY)
+# Every documented name (docs/telemetry.md), as a scrape shows it; a test holds it to the code.
+METRIC_NAMES = (
+    "stepwise_ttft_seconds",
+    "stepwise_e2e_latency_seconds",
+    "stepwise_stage_latency_seconds",
+    "stepwise_step_tokens",
+    "stepwise_job_steps",
+    "stepwise_step_verdicts_total",
+    "stepwise_backtracks_total",
+    "stepwise_wasted_tokens_total",
+    "stepwise_probe_tokens_total",
+    "stepwise_prompt_tokens_total",
+    "stepwise_completion_tokens_total",
+    "stepwise_jobs_total",
+    "stepwise_engine_generated_tokens_total",
+    "stepwise_consumer_lag_messages",
+    "stepwise_kv_cache_usage_ratio",
+    "stepwise_kv_cache_used_blocks",
+    "stepwise_kv_cache_capacity_blocks",
+    "stepwise_inflight_sequences",
+    "stepwise_cache_hits_total",
+    "stepwise_cache_misses_total",
+    "stepwise_budget_max_thinking_tokens",
+    "stepwise_budget_max_steps",
+    "stepwise_budget_probe_effort",
+    "stepwise_budget_version",
+    "stepwise_verify_checks_total",
+    "stepwise_verify_check_duration_seconds",
+    "stepwise_worker_info",
+)
+
+observe_result = DEFAULT.observe_result
+observe_step = DEFAULT.observe_step
+observe_stage = DEFAULT.observe_stage
+add_generated_tokens = DEFAULT.add_generated_tokens
+set_lag = DEFAULT.set_lag
+set_kv_usage = DEFAULT.set_kv_usage
+set_inflight = DEFAULT.set_inflight
+cache_hit = DEFAULT.cache_hit
+cache_miss = DEFAULT.cache_miss
+set_budget = DEFAULT.set_budget
+verify_check = DEFAULT.verify_check
+set_worker_info = DEFAULT.set_worker_info
+
+# -- serving -----------------------------------------------------------------------------------
+
+_servers: list = []  # (WSGIServer, Thread) of every server this process started
+
+
+def start_metrics_server(
+    port: int, addr: str = "0.0.0.0", registry: CollectorRegistry | None = None
+) -> int:
+    """Serve `/metrics` (any path, in fact) on a daemon thread; the bound port (0: a free one)."""
+    server, thread = start_http_server(
+        port, addr=addr, registry=REGISTRY if registry is None else registry
+    )
+    _servers.append((server, thread))
+    return server.server_address[1]
+
+
+def stop_metrics_servers() -> None:
+    """Close every server start_metrics_server opened (tests; workers just exit)."""
+    while _servers:
+        server, thread = _servers.pop()
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def metrics_port_from_env(offset: int = 0) -> int:
+    """STEPWISE_METRICS_PORT: unset or 0 -> 0 (a free port), N > 0 -> N + offset, -1 -> DISABLED."""
+    base = int(os.environ.get(METRICS_PORT_ENV) or 0)
+    if base < DISABLED:
+        raise ValueError(f"{METRICS_PORT_ENV} must be -1, 0 or a port, got {base}")
+    return base if base <= 0 else base + offset
+
+
+def serve_metrics(stage: str, model: str = "", offset: int = 0) -> int:
+    """A worker's one call at start-up: label this process, serve `/metrics` as the env says,
+    log where. Returns the port, or DISABLED."""
+    set_worker_info(stage, model)
+    port = metrics_port_from_env(offset)
+    if port == DISABLED:
+        log.info("%s: metrics disabled (%s=-1)", stage, METRICS_PORT_ENV)
+        return DISABLED
+    bound = start_metrics_server(port, os.environ.get(METRICS_ADDR_ENV) or "0.0.0.0")
+    log.info("%s: serving /metrics on port %d", stage, bound)
+    return bound
+
+
+def serve_pool_child_metrics(**_: object) -> None:
+    """Celery `worker_process_init` handler: each prefork child serves its own `/metrics` on
+    base port + its pool index (stable across child restarts), since tasks run in the child."""
+    from billiard.process import current_process  # Celery's pool; only verify workers have it
+
+    serve_metrics("verify", offset=getattr(current_process(), "index", 0) or 0)

@@ -154,6 +154,7 @@ class Budget(msgspec.Struct, kw_only=True):
 
     max_steps: Positive
     max_thinking_tokens: Positive
+    probe_effort: NonNeg = 1  # early exit: probe after every n-th step (0: no probes)
     version: NonNeg = 0  # controller state version the limits were read from
 
 

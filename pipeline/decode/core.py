@@ -104,7 +104,7 @@ def finish(
     events += outward(run, run.driver.flush(), tokenizer, now_ms)[0]
     text = tokenizer.decode(seq.output_token_ids)
     answer = None if r.gave_up else parse_answer(text)
-    stop = "unverified" if r.gave_up else "answer" if seq.finish_reason == "stop" else "max_tokens"
+    stop = r.result_stop_reason(seq.finish_reason)
     events.append(run.event("final", now_ms, text=answer or "", detail=stop))
     start = h.created_ms or h.admitted_ms
     result = schema.Result(
@@ -120,6 +120,7 @@ def finish(
             prompt_tokens=seq.num_prompt_tokens,
             completion_tokens=seq.num_output_tokens,
             wasted_tokens=seq.num_discarded_tokens,
+            probe_tokens=r.num_probe_tokens,
             steps=len(r.chain),
             backtracks=r.num_backtracks,
         ),
@@ -130,8 +131,8 @@ def finish(
             stages={"prefill": h.prefill_ms, "decode": max(0, now_ms - run.started_ms)},
         ),
         budget=schema.BudgetReport(
-            limit=seq.params.max_tokens,
-            used=seq.num_output_tokens + seq.num_discarded_tokens,
+            limit=r.max_thinking_tokens or seq.params.max_tokens,
+            used=run.driver.tokens_spent(),
             stop_reason=stop,  # type: ignore[arg-type]
         ),
         ts_ms=now_ms,

@@ -1,24 +1,31 @@
 """Glue between one engine sequence and its reasoning state machine.
 
-After every engine step the driver reports the sequence's new steps and held finish to the
-Reasoner and applies what it asks of the engine (rollback, resume, finish). What it asks of the
-outside world — checks to send, notes to stream — goes back to the caller, who owns the
-verifier and the event stream.
+After every engine step the driver reports the sequence's new steps, tokens spent, held finish
+and finished probes to the Reasoner, and applies what it asks of the engine (rollback, pause,
+resume, finish, the answer cue, probes). What it asks of the outside world — checks to send,
+notes to stream — goes back to the caller, who owns the verifier and the event stream.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
 from pipeline.decode.reasoning import (
     Action,
     Check,
+    ExitWith,
     Finish,
+    ForceAnswer,
     Note,
+    Pause,
+    Probe,
     Reasoner,
     ReasoningConfig,
     Resume,
     Rollback,
 )
-from pipeline.engine import Engine, SamplingParams
+from pipeline.engine import Engine, Request, SamplingParams
 from pipeline.engine.sequence import Sequence
 
 Outward = Check | Note
@@ -37,25 +44,52 @@ class ReasoningDriver:
     def __init__(self, engine: Engine, seq: Sequence, config: ReasoningConfig) -> None:
         self.engine = engine
         self.seq = seq
-        self.reasoner = Reasoner(config, seq.seed)
+        self.reasoner = Reasoner(config, seq.seed, prompt_len=seq.num_prompt_tokens)
+        self.probes: dict[str, Sequence] = {}  # probe key -> its side sequence
+        self.num_appended = 0  # tokens put in by the driver (answer cues), not generated
+        self._cue: list[int] | None = None
 
     @property
     def done(self) -> bool:
         return self.seq.is_finished
 
+    @property
+    def cue_ids(self) -> list[int]:
+        if self._cue is None:
+            self._cue = self.engine.tokenizer.encode(
+                self.reasoner.config.answer_cue, add_special_tokens=False
+            )
+        return self._cue
+
     def step_text(self, start: int, end: int) -> str:
         return self.engine.tokenizer.decode(self.seq.token_ids[start:end]).strip()
+
+    def tokens_spent(self) -> int:
+        """Tokens generated for this job: kept, discarded by backtracks, and probes."""
+        seq = self.seq
+        generated = seq.num_output_tokens - self.num_appended + seq.num_discarded_tokens
+        return generated + self.reasoner.num_probe_tokens
 
     def advance(self, now_s: float) -> list[Outward]:
         """Report what the last engine step did; returns the checks and notes it produced."""
         seq, r = self.seq, self.reasoner
         if seq.is_finished:
+            self._drop_probes()
             return []
         actions: list[Action] = []
         while len(r.chain) < seq.num_steps and not r.finished:
             start = r.chain[-1].end if r.chain else seq.num_prompt_tokens
             end = seq.step_ends[len(r.chain)]
             actions += r.on_step(start, end, self.step_text(start, end), now_s)
+        for key, probe in list(self.probes.items()):
+            if probe.is_finished and not r.finished:
+                del self.probes[key]
+                out = probe.output_token_ids
+                answer = self.engine.tokenizer.decode(out).strip()
+                mean_p = math.exp(probe.cumulative_logprob / max(1, len(out)))
+                actions += r.on_probe(key, answer, mean_p, len(out))
+        if not r.finished:
+            actions += r.on_tokens(self.tokens_spent())
         if seq.pending_finish is not None and r.held_finish is None and not r.finished:
             start = seq.step_start
             tail = (start, seq.num_tokens, self.step_text(start, seq.num_tokens))
@@ -67,6 +101,7 @@ class ReasoningDriver:
     def flush(self) -> list[Outward]:
         """After the sequence finished on its own (verify off): its last steps, unchecked."""
         seq, r = self.seq, self.reasoner
+        self._drop_probes()
         notes: list[Action] = []
         while len(r.chain) < seq.num_steps:
             start = r.chain[-1].end if r.chain else seq.num_prompt_tokens
@@ -83,17 +118,73 @@ class ReasoningDriver:
         return self._apply(self.reasoner.on_verdict(key, verdict, detail, now_s))
 
     def _apply(self, actions: list[Action]) -> list[Outward]:
-        engine, rid = self.engine, self.seq.request_id
+        engine, seq, rid = self.engine, self.seq, self.seq.request_id
         out: list[Outward] = []
         for a in actions:
+            if seq.is_finished:
+                if isinstance(a, Check | Note):
+                    out.append(a)
+                continue
             if isinstance(a, Rollback):
                 engine.rollback(rid, a.position, seed=a.seed)
             elif isinstance(a, Resume):
-                if not self.seq.is_finished:
-                    engine.resume(rid)
+                engine.resume(rid)
+            elif isinstance(a, Pause):
+                engine.pause(rid)
             elif isinstance(a, Finish):
-                if not self.seq.is_finished:
-                    engine.finish(rid, a.reason)
+                engine.finish(rid, a.reason)
+            elif isinstance(a, ForceAnswer):
+                self._force_answer(a.position)
+            elif isinstance(a, Probe):
+                self._start_probe(a.key, a.position)
+            elif isinstance(a, ExitWith):
+                self._exit_with(a.position, a.key)
             else:
                 out.append(a)
+        if seq.is_finished:
+            self._drop_probes()
         return out
+
+    def _force_answer(self, position: int) -> None:
+        seq, cfg = self.seq, self.reasoner.config
+        if position < seq.num_tokens:
+            self.engine.rollback(seq.request_id, position)
+        self.engine.append_tokens(seq.request_id, self.cue_ids)
+        self.num_appended += len(self.cue_ids)
+        # The answer is decoded greedily, within a few tokens of what has been spent.
+        spent = seq.num_output_tokens + seq.num_discarded_tokens
+        seq.params = replace(
+            seq.params,
+            temperature=0.0,
+            max_tokens=spent + cfg.answer_tokens,
+            pause_on_step_end=False,
+        )
+
+    def _start_probe(self, key: str, position: int) -> None:
+        seq, engine = self.seq, self.engine
+        ids = seq.token_ids[:position] + self.cue_ids
+        if len(ids) + 1 >= engine.max_model_len:
+            return
+        stop = tuple(engine.step_detector.delimiter_tokens) if engine.step_detector else ()
+        params = SamplingParams(
+            temperature=0.0, max_tokens=self.reasoner.config.answer_tokens, stop_token_ids=stop
+        )
+        # Shares the sequence's KV blocks through the prefix cache: only the cue is new.
+        self.probes[key] = engine.add(Request(f"{seq.request_id}/{key}", ids, params))
+
+    def _exit_with(self, position: int, key: str) -> None:
+        seq, engine = self.seq, self.engine
+        probe = self.probes.pop(key, None)
+        if position < seq.num_tokens:
+            engine.rollback(seq.request_id, position)
+        answer = probe.output_token_ids if probe is not None else []
+        # The answer line goes into the text as the probe wrote it; no KV is needed for it.
+        seq.token_ids.extend(self.cue_ids + answer)
+        self.num_appended += len(self.cue_ids) + len(answer)
+        engine.finish(seq.request_id, "early_exit")
+
+    def _drop_probes(self) -> None:
+        for probe in self.probes.values():
+            if not probe.is_finished:
+                self.engine.abort(probe.request_id)
+        self.probes.clear()

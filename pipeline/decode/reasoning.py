@@ -21,6 +21,15 @@ Backtracking: a contradicted step is resampled from its start with a new seed, u
 and finishes honestly as `unverified`, with no contradicted step in its chain. A verdict that
 does not arrive within `verdict_timeout_s` counts as `unknown` (reason timeout), so a lost task
 never stalls a job.
+
+Budget (shared/DESIGN.md §8): when the thinking budget runs out (`max_thinking_tokens`, counting
+kept, discarded and probe tokens, or `max_steps`), the sequence pauses until its pending
+verdicts are in, is cut back to the end of its last accepted step, gets the answer cue appended
+and decodes the answer greedily (`stop_reason` budget) — it is never just truncated. Early exit:
+after every `probe_every`-th step a probe (the cue plus a few greedy tokens, a side sequence
+sharing the KV prefix) reads the answer the model would give now; when the last `probe_agree`
+probes agree, or one probe's mean token probability reaches `probe_confidence`, and every step
+so far is verified, the job ends with that answer (`stop_reason` early_exit).
 """
 
 from __future__ import annotations
@@ -39,12 +48,26 @@ class ReasoningConfig:
     max_retries: int = 8  # resamples of one step before the step before it is dropped too
     max_backtracks: int = 32  # per job; then it finishes as unverified
     verdict_timeout_s: float = 10.0
+    # Budget (None: unlimited). Live limits may tighten them while the job runs.
+    max_thinking_tokens: int | None = None
+    max_steps: int | None = None
+    answer_cue: str = "Answer:"
+    answer_tokens: int = 24  # greedy tokens for a forced or probed answer
+    # Early exit.
+    early_exit: bool = False
+    probe_every: int = 1  # probe after every n-th step (the budget's "probe effort"; 0: never)
+    probe_agree: int = 2  # exit when this many consecutive probes give the same answer
+    probe_confidence: float = 0.95  # ... or when one probe's mean token probability reaches it
 
     def __post_init__(self) -> None:
         if self.verify not in VERIFY_MODES:
             raise ValueError(f"verify mode must be one of {VERIFY_MODES}, got {self.verify!r}")
         if self.max_retries < 0 or self.max_backtracks < 0 or self.verdict_timeout_s <= 0:
             raise ValueError("max_retries, max_backtracks >= 0 and verdict_timeout_s > 0")
+        if (self.max_thinking_tokens or 1) < 1 or (self.max_steps or 1) < 1:
+            raise ValueError("budgets must be positive")
+        if self.probe_every < 0 or self.probe_agree < 1 or self.answer_tokens < 1:
+            raise ValueError("probe_every >= 0, probe_agree >= 1 and answer_tokens >= 1")
 
 
 @dataclass(slots=True)
@@ -105,7 +128,39 @@ class Note:
     detail: str = ""
 
 
-Action = Check | Rollback | Resume | Finish | Note
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """Take the sequence out of the running batch (it keeps its KV)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ForceAnswer:
+    """Cut the sequence to `position`, append the answer cue, decode the answer greedily."""
+
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """Start an answer probe on the sequence's first `position` tokens."""
+
+    key: str
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class ExitWith:
+    """Cut the sequence to `position`, append the cue and probe `key`'s answer, finish."""
+
+    position: int
+    key: str
+
+
+Action = Check | Rollback | Resume | Finish | Note | Pause | ForceAnswer | Probe | ExitWith
+
+
+def normalize_answer(text: str) -> str:
+    return " ".join(text.split()).lower().rstrip(".")
 
 
 def reseed(seed: int, n: int) -> int:
@@ -120,6 +175,7 @@ def reseed(seed: int, n: int) -> int:
 class Reasoner:
     config: ReasoningConfig
     seed: int
+    prompt_len: int = 0  # where the first step begins
     chain: list[Step] = field(default_factory=list)
     retries: dict[int, int] = field(default_factory=dict)  # step index -> resamples so far
     escalated: set[int] = field(default_factory=set)  # steps already dropped for their successor
@@ -128,7 +184,18 @@ class Reasoner:
     held_finish: str | None = None  # the engine is holding this finish until verdicts are in
     gave_up: bool = False
     finished: bool = False
+    phase: str = "think"  # think | wait_answer (budget spent, verdicts pending) | answer
+    stop_reason: str | None = None  # budget | early_exit | unverified; None: the model's own
+    max_thinking_tokens: int | None = None  # live budget: the config's, or tighter
+    max_steps: int | None = None
+    num_probe_tokens: int = 0
+    probes: dict[str, tuple[str, int]] = field(default_factory=dict)  # key -> (step key, pos)
+    answers: list[tuple[str, str]] = field(default_factory=list)  # (step key, probed answer)
     _attempts: int = 0
+
+    def __post_init__(self) -> None:
+        self.max_thinking_tokens = self.config.max_thinking_tokens
+        self.max_steps = self.config.max_steps
 
     @property
     def verifying(self) -> bool:
@@ -140,20 +207,82 @@ class Reasoner:
 
     # -- inputs ---------------------------------------------------------------------------
 
+    def result_stop_reason(self, finish_reason: str | None) -> str:
+        """The Result's stop_reason: the machine's own (budget, early_exit, unverified), else
+        the engine's finish ("stop": the model ended its answer; else it ran out of tokens)."""
+        if self.stop_reason:
+            return self.stop_reason
+        return "answer" if finish_reason == "stop" else "max_tokens"
+
+    def is_answer(self, text: str) -> bool:
+        return text.lower().startswith(self.config.answer_cue.lower())
+
     def on_step(self, start: int, end: int, text: str, now_s: float) -> list[Action]:
         """The sequence completed a step spanning tokens [start, end)."""
+        if self.phase == "answer":  # the forced answer line: kept as written, then done
+            actions = self.on_unchecked_step(start, end, text)
+            self.finished = True
+            return [*actions, Finish(self.stop_reason or "budget")]
         self._attempts += 1
         step = Step(len(self.chain), start, end, text, f"{len(self.chain)}.{self._attempts}")
         self.chain.append(step)
         actions: list[Action] = [Note("step", step.index, text)]
         if not self.verifying:
             step.verdict = UNVERIFIED
+        else:
+            step.sent_s = now_s
+            self.num_checks += 1
+            accepted = tuple(s.text for s in self.chain[:-1])
+            actions.append(Check(step.key, step.index, text, accepted))
+        if self.is_answer(text) or self.phase != "think":
             return actions
-        step.sent_s = now_s
-        self.num_checks += 1
-        accepted = tuple(s.text for s in self.chain[:-1])
-        actions.append(Check(step.key, step.index, text, accepted))
+        if self.max_steps is not None and len(self.chain) >= self.max_steps:
+            return actions + self._out_of_budget()
+        c = self.config
+        if c.early_exit and c.probe_every and (step.index + 1) % c.probe_every == 0:
+            probe = f"p{step.key}"
+            self.probes[probe] = (step.key, end)
+            actions.append(Probe(probe, end))
         return actions
+
+    def on_tokens(self, used: int) -> list[Action]:
+        """Tokens spent so far (kept, discarded, probes); past the budget, answer now."""
+        limit = self.max_thinking_tokens
+        if self.phase == "think" and limit is not None and used >= limit and not self.finished:
+            return self._out_of_budget()
+        return []
+
+    def update_budget(self, max_thinking_tokens: int | None, max_steps: int | None) -> None:
+        """Live limits (the controller's): they can only tighten the job's own."""
+
+        def tighter(own: int | None, live: int | None) -> int | None:
+            return live if own is None else own if live is None else min(own, live)
+
+        self.max_thinking_tokens = tighter(self.config.max_thinking_tokens, max_thinking_tokens)
+        self.max_steps = tighter(self.config.max_steps, max_steps)
+
+    def on_probe(self, key: str, answer: str, mean_p: float, num_tokens: int) -> list[Action]:
+        """A probe finished: `answer` is what the model would say now."""
+        self.num_probe_tokens += num_tokens
+        step_key, position = self.probes.pop(key, ("", 0))
+        index = next((i for i, s in enumerate(self.chain) if s.key == step_key), None)
+        if index is None or self.phase != "think" or self.finished or not answer.strip():
+            return []  # its step was rolled back, or the job is past thinking
+        self.answers = [a for a in self.answers if any(s.key == a[0] for s in self.chain)]
+        self.answers.append((step_key, normalize_answer(answer)))
+        last = [a for _, a in self.answers[-self.config.probe_agree :]]
+        agree = len(last) == self.config.probe_agree and len(set(last)) == 1
+        sure = mean_p >= self.config.probe_confidence
+        verified = all(s.verdict not in (None, CONTRADICTED) for s in self.chain[: index + 1])
+        if not (agree or sure) or not verified:
+            return []
+        dropped = len(self.chain) > index + 1  # steps decoded while the probe ran
+        del self.chain[index + 1 :]
+        self.stop_reason, self.finished = "early_exit", True
+        why = f"{len(last)} probes agree" if agree else f"probe confidence {mean_p:.2f}"
+        text = f"{self.config.answer_cue} {answer.strip()}"
+        notes = [Note("backtrack", index + 1, text, None, f"early exit: {why}")] if dropped else []
+        return [*notes, ExitWith(position, key)]
 
     def on_unchecked_step(self, start: int, end: int, text: str) -> list[Action]:
         """A step of an already finished sequence (verify off): kept as unverified."""
@@ -168,6 +297,14 @@ class Reasoner:
     ) -> list[Action]:
         """The engine holds a finish; `tail` is an unterminated last step (start, end, text)."""
         actions: list[Action] = []
+        if self.phase == "answer":
+            if tail is not None and tail[2].strip():
+                actions += self.on_unchecked_step(*tail)
+            self.finished = True
+            return [*actions, Finish(self.stop_reason or "budget")]
+        if self.phase == "wait_answer":  # it ended by itself before the budget cut it
+            self.phase = "think"
+            actions.append(Resume())
         if tail is not None and tail[2].strip():
             actions += self.on_step(*tail, now_s)
         self.held_finish = reason
@@ -180,8 +317,16 @@ class Reasoner:
             return []
         step.verdict, step.detail = verdict, detail
         actions: list[Action] = [Note("verdict", step.index, step.text, verdict, detail)]
+        if verdict == CONTRADICTED and self.phase == "wait_answer":
+            # No budget left to resample: the answer comes from the chain before this step.
+            del self.chain[step.index :]
+            why = f"step {step.index} contradicted ({detail or 'no detail'}); budget spent"
+            actions.append(Note("backtrack", step.index, step.text, CONTRADICTED, why))
+            return actions + self._maybe_answer()
         if verdict == CONTRADICTED:
             return actions + self._backtrack(step)
+        if self.phase == "wait_answer":
+            return actions + self._maybe_answer()
         if self.config.verify == "strict" and step is self.chain[-1]:
             actions.append(Resume())
         return actions + self._maybe_finish()
@@ -196,6 +341,18 @@ class Reasoner:
         return actions
 
     # -- outputs --------------------------------------------------------------------------
+
+    def _out_of_budget(self) -> list[Action]:
+        self.phase = "wait_answer"
+        return [Pause(), *self._maybe_answer()]
+
+    def _maybe_answer(self) -> list[Action]:
+        """Budget spent: once no verdict is pending, answer from the chain as it stands."""
+        if self.phase != "wait_answer" or self.pending:
+            return []
+        self.phase, self.stop_reason, self.held_finish = "answer", "budget", None
+        position = self.chain[-1].end if self.chain else self.prompt_len
+        return [ForceAnswer(position), Resume()]
 
     def _maybe_finish(self) -> list[Action]:
         if self.held_finish is None or self.pending or self.finished:
@@ -231,6 +388,7 @@ class Reasoner:
 
     def _give_up(self, bad: Step, why: str) -> list[Action]:
         self.gave_up = self.finished = True
+        self.stop_reason = UNVERIFIED
         position = bad.start
         del self.chain[bad.index :]
         self.held_finish = None

@@ -91,8 +91,23 @@ class DecodeWorker(EngineStageWorker):
     # -- the engine thread ------------------------------------------------------------------
 
     def _start(self, h: schema.Handoff) -> tuple[JobRun, tuple[str, str] | None]:
-        engine = self.engine
-        limit = h.params.max_tokens or h.budget.max_thinking_tokens
+        engine, cfg = self.engine, self.config
+        # The thinking budget: the stamped one, or the job's own max_tokens / max_steps if
+        # tighter. Running out of it forces the answer; the engine's own limit sits above it,
+        # with room for the answer.
+        thinking = min(h.budget.max_thinking_tokens, h.params.max_tokens or schema.MAX_TOKENS)
+        steps = min(h.budget.max_steps, h.params.max_steps or schema.MAX_STEPS)
+        reasoning = ReasoningConfig(
+            verify=h.params.verify,
+            max_retries=cfg.max_retries,
+            max_backtracks=cfg.max_backtracks,
+            verdict_timeout_s=cfg.verdict_timeout_s,
+            max_thinking_tokens=thinking,
+            max_steps=steps,
+            early_exit=h.params.early_exit,
+            probe_every=h.budget.probe_effort,
+        )
+        limit = thinking + reasoning.answer_tokens + 16
         limit = max(1, min(limit, engine.max_model_len - len(h.token_ids)))
         params = reasoning_params(
             sampling_params(h.params, seed=h.seed, max_tokens=limit), h.params.verify
@@ -107,13 +122,6 @@ class DecodeWorker(EngineStageWorker):
         if seq is None:
             self.num_reprefills += 1
             seq = engine.add(Request(h.id, list(h.token_ids), params))
-        cfg = self.config
-        reasoning = ReasoningConfig(
-            verify=h.params.verify,
-            max_retries=cfg.max_retries,
-            max_backtracks=cfg.max_backtracks,
-            verdict_timeout_s=cfg.verdict_timeout_s,
-        )
         driver = ReasoningDriver(engine, seq, reasoning)
         problem = engine.tokenizer.decode(h.token_ids)
         return JobRun(h, driver, problem, self.verdict_stream, now_ms()), kv_ack

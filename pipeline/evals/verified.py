@@ -22,6 +22,8 @@ from pipeline.verify.local import LocalVerifier
 @dataclass(frozen=True, slots=True)
 class VerifiedCompletion(Completion):
     wasted_tokens: int = 0
+    probe_tokens: int = 0
+    stop_reason: str = ""  # answer | budget | early_exit | unverified | max_tokens
     backtracks: int = 0
     checks: int = 0
     gave_up: bool = False
@@ -98,9 +100,11 @@ def _completion(engine: Engine, d: ReasoningDriver | None) -> VerifiedCompletion
     text = engine.tokenizer.decode(seq.output_token_ids)
     return VerifiedCompletion(
         text,
-        seq.num_output_tokens + seq.num_discarded_tokens,
+        d.tokens_spent(),
         seq.finish_reason,
         wasted_tokens=seq.num_discarded_tokens,
+        probe_tokens=r.num_probe_tokens,
+        stop_reason=r.result_stop_reason(seq.finish_reason),
         backtracks=r.num_backtracks,
         checks=r.num_checks,
         gave_up=r.gave_up,

@@ -79,3 +79,25 @@ def test_the_last_step_is_checked_before_the_finish(engine):
     answers = [t for _, t in v.calls if t.startswith("Answer")]
     assert len(answers) == 2 and out.backtracks == 1 and out.finish_reason == "stop"
     assert out.text.rstrip("\n").endswith(answers[-1])
+
+
+@pytest.mark.parametrize("verify", ["off", "async"])
+def test_a_spent_budget_forces_an_answer_instead_of_truncating(engine, verify):
+    plain = engine.generate([PROMPT], SamplingParams(temperature=0.7, max_tokens=200, seed=3))[0]
+    first_step = plain.text.split("\n")[0]
+    budget = len(first_step) + 3  # tokens: characters (the tiny reasoner's vocabulary)
+    out = run(engine, verify, ScriptedVerifier(), max_thinking_tokens=budget)
+    assert out.stop_reason == "budget" and out.finish_reason in ("budget", "stop", "length")
+    lines = out.text.strip().split("\n")
+    assert lines[0] == first_step and lines[-1].startswith("Answer:") and len(lines) == 2
+    assert out.num_tokens <= budget + 24 + 2  # the forced answer stays within answer_tokens
+
+
+def test_probes_end_the_job_early_and_are_paid_for(engine):
+    out = run(engine, "off", None, early_exit=True, probe_confidence=0.0)
+    lines = out.text.strip().split("\n")
+    assert out.stop_reason == "early_exit" and out.probe_tokens > 0
+    assert len(lines) == 2 and lines[1].startswith("Answer:")
+    plain = engine.generate([PROMPT], SamplingParams(temperature=0.7, max_tokens=200, seed=3))[0]
+    assert lines[0] == plain.text.split("\n")[0]
+    assert not engine.has_unfinished()  # the probe's side sequence is gone too

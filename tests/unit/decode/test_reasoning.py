@@ -4,8 +4,12 @@ import pytest
 
 from pipeline.decode.reasoning import (
     Check,
+    ExitWith,
     Finish,
+    ForceAnswer,
     Note,
+    Pause,
+    Probe,
     Reasoner,
     ReasoningConfig,
     Resume,
@@ -155,3 +159,89 @@ def test_bad_configs_are_refused():
         ReasoningConfig(verify="sometimes")
     with pytest.raises(ValueError):
         ReasoningConfig(verdict_timeout_s=0)
+
+
+# -- budget forcing and early exit -------------------------------------------------------
+
+
+def test_the_step_budget_forces_the_answer_after_the_last_allowed_step():
+    r = machine("off", max_steps=2)
+    add_step(r, 10, "3 + 4 = 7")
+    acts, _ = add_step(r, 19, "7 * 2 = 14")
+    assert only(acts, ForceAnswer) == [ForceAnswer(29)] and only(acts, Pause)
+    assert r.phase == "answer" and only(acts, Resume)
+    acts = r.on_step(29, 40, "Answer: 14", 0.0)
+    assert acts[-1] == Finish("budget") and r.result_stop_reason("stop") == "budget"
+    assert [s.text for s in r.chain] == ["3 + 4 = 7", "7 * 2 = 14", "Answer: 14"]
+
+
+def test_the_token_budget_waits_for_pending_verdicts_then_answers_from_the_chain():
+    r = machine("async", max_thinking_tokens=30)
+    _, k1 = add_step(r, 10, "3 + 4 = 7")
+    _, k2 = add_step(r, 19, "7 * 2 = 15")
+    assert r.on_tokens(29) == []
+    acts = r.on_tokens(30)
+    assert acts == [Pause()] and r.phase == "wait_answer"
+    assert not only(r.on_verdict(k1, "entailed", "", 0.1), ForceAnswer)
+    acts = r.on_verdict(k2, "contradicted", "7 * 2 = 15 is false", 0.2)
+    # No budget to resample: the contradicted step goes, the answer follows step 0.
+    assert only(acts, ForceAnswer) == [ForceAnswer(19)] and [s.text for s in r.chain] == [
+        "3 + 4 = 7"
+    ]
+    assert only(acts, Note, "backtrack")[0].step == 1 and r.num_backtracks == 0
+
+
+def test_live_budgets_only_tighten_the_jobs_own():
+    r = machine("off", max_thinking_tokens=100, max_steps=8)
+    r.update_budget(40, None)
+    assert (r.max_thinking_tokens, r.max_steps) == (40, 8)
+    r.update_budget(500, 50)
+    assert (r.max_thinking_tokens, r.max_steps) == (100, 8)
+    unlimited = machine("off")
+    unlimited.update_budget(64, 4)
+    assert (unlimited.max_thinking_tokens, unlimited.max_steps) == (64, 4)
+
+
+def test_the_answer_line_itself_is_never_cut_by_the_step_budget():
+    r = machine("off", max_steps=1)
+    acts, _ = add_step(r, 10, "Answer: 7")
+    assert not only(acts, ForceAnswer) and r.phase == "think"
+
+
+def early(verify="off", **kw):
+    return machine(verify, early_exit=True, **kw)
+
+
+def test_two_agreeing_probes_end_the_job_early():
+    r = early(probe_agree=2, probe_confidence=2.0)
+    acts, _ = add_step(r, 10, "3 + 4 = 7")
+    (p1,) = only(acts, Probe)
+    acts, _ = add_step(r, 19, "7 * 2 = 14")
+    (p2,) = only(acts, Probe)
+    add_step(r, 29, "Check: 14 / 2 = 7")  # decoded while the probes ran
+    assert r.on_probe(p1.key, " 14", 0.5, 3) == []
+    acts = r.on_probe(p2.key, "14 ", 0.6, 3)
+    assert only(acts, ExitWith) == [ExitWith(p2.position, p2.key)] and p2.position == 29
+    assert r.stop_reason == "early_exit" and r.num_probe_tokens == 6
+    assert [s.text for s in r.chain] == ["3 + 4 = 7", "7 * 2 = 14"]
+    assert only(acts, Note, "backtrack")[0].step == 2  # the Check step was dropped
+
+
+def test_a_confident_probe_exits_alone_but_not_before_its_steps_are_verified():
+    r = early("async", probe_confidence=0.9)
+    acts, k = add_step(r, 10, "3 + 4 = 7")
+    (probe,) = only(acts, Probe)
+    assert r.on_probe(probe.key, "7", 0.99, 2) == []  # step 0's verdict is pending
+    acts, _ = add_step(r, 19, "7 * 1 = 7")
+    (probe2,) = only(acts, Probe)
+    r.on_verdict(k, "entailed", "", 0.1)
+    r.on_verdict(r.chain[1].key, "entailed", "", 0.1)
+    assert only(r.on_probe(probe2.key, "7", 0.99, 2), ExitWith)
+
+
+def test_a_probe_of_a_rolled_back_step_is_ignored():
+    r = early("async", probe_confidence=0.0)
+    acts, k = add_step(r, 10, "3 + 4 = 8")
+    (probe,) = only(acts, Probe)
+    r.on_verdict(k, "contradicted", "", 0.1)
+    assert r.on_probe(probe.key, "8", 1.0, 2) == [] and r.num_probe_tokens == 2

@@ -204,6 +204,19 @@ class ConsumeLoop:
         await self.consumer.start()
         self.consumer.subscribe(self.topics, listener=_Rebalance(self))
 
+    async def lag(self) -> int:
+        """Records on the assigned partitions not yet fetched (high watermark - position)."""
+        if self.consumer is None:
+            return 0
+        total = 0
+        for tp in self.consumer.assignment():
+            high = self.consumer.highwater(tp)
+            if high is None:
+                continue
+            with contextlib.suppress(Exception):  # an unassigned or resetting partition
+                total += max(0, high - await self.consumer.position(tp))
+        return total
+
     async def commit(self) -> None:
         offsets = self.tracker.committable()
         if not offsets or self.consumer is None:

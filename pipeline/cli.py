@@ -82,6 +82,7 @@ WORKER_CLASSES = {
     "ingest": "pipeline.ingest.worker:IngestWorker",
     "prefill": "pipeline.prefill.worker:PrefillWorker",
     "decode": "pipeline.decode.worker:DecodeWorker",
+    "budget": "pipeline.budget_service:BudgetWorker",
 }
 
 

@@ -13,7 +13,7 @@ from pipeline.config import PipelineConfig
 from pipeline.services import LocalServices, create_topics
 from pipeline.topics import Topics
 
-WORKERS = ("ingest", "prefill", "decode", "verify")
+WORKERS = ("ingest", "prefill", "decode", "verify", "budget")
 
 
 class Stack:

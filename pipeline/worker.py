@@ -21,7 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from aiokafka import ConsumerRecord
 from redis.asyncio import Redis
 
-from pipeline import schema, services
+from pipeline import schema, services, telemetry
+from pipeline.budget import BudgetReader
 from pipeline.bus import Ack, BusConfig, ConsumeLoop, Producer
 from pipeline.config import EngineConfig, PipelineConfig
 from pipeline.engine import Engine
@@ -113,7 +114,37 @@ class StageWorker(ABC):
     def stop(self) -> None:
         self._stop.set()
 
+    async def report_metrics(self) -> None:
+        """Gauges a stage refreshes about once a second (decode adds its KV pool and batch).
+        The lag also goes to Redis, where the budget controller sums it."""
+        if self.loop is not None:
+            lag = await self.loop.lag()
+            telemetry.set_lag(self.stage, lag)
+            key = f"{self.config.topic_prefix}lag:{self.stage}:{self.worker_id}"
+            await self.redis.set(key, lag, ex=5)
+
+    def start_budget_reader(self) -> BudgetReader:
+        """Live budget limits from Redis, refreshed in the background; `cached()` is free."""
+        reader = BudgetReader(self.redis, self.config.topic_prefix, refresh_s=1.0)
+
+        async def refresh() -> None:
+            while True:
+                for slo_class in ("interactive", "batch"):
+                    with contextlib.suppress(Exception):  # Redis away: keep the last limits
+                        await reader.get(slo_class)
+                await asyncio.sleep(1.0)
+
+        self._tasks.append(asyncio.create_task(refresh()))
+        return reader
+
+    async def _metrics_loop(self) -> None:
+        while True:
+            with contextlib.suppress(Exception):  # metrics never take a worker down
+                await self.report_metrics()
+            await asyncio.sleep(1.0)
+
     async def run(self, install_signals: bool = False) -> None:
+        self.metrics_port = telemetry.serve_metrics(self.stage, self.config.model)
         await self.producer.start()
         try:
             for name, value in (await services.group_options_for(self.config.kafka)).items():
@@ -133,6 +164,7 @@ class StageWorker(ABC):
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     running.add_signal_handler(sig, self.stop)
             consume = asyncio.create_task(self.loop.run())
+            self._tasks.append(asyncio.create_task(self._metrics_loop()))
             log.info("%s ready: %s -> %s", self.worker_id, self.input_stage, self.stage)
             await self._stop.wait()
             # Drain: stop fetching, finish in-flight work, commit what finished.

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 import msgspec
 from aiokafka import ConsumerRecord
 
-from pipeline import schema
+from pipeline import schema, telemetry
 from pipeline.bus import Ack
 from pipeline.decode.core import JobRun, finish, outward, token_events
 from pipeline.decode.driver import ReasoningDriver, reasoning_params
@@ -55,6 +55,7 @@ class DecodeWorker(EngineStageWorker):
     async def setup(self) -> None:
         await self.start_engine(self.config.max_decode_seqs)
         self.transport = get_transport(self.config.kv_transport)
+        self.budgets = self.start_budget_reader()
         self.inbox: asyncio.Queue[tuple[schema.Handoff, Ack]] = asyncio.Queue()
         self.runs: dict[str, tuple[JobRun, Ack]] = {}  # touched by the engine thread only
         self.active: set[str] = set()  # ids queued or running (event loop only)
@@ -75,6 +76,12 @@ class DecodeWorker(EngineStageWorker):
         self.sender.shutdown(wait=False, cancel_futures=True)
         await self.redis.delete(self.verdict_stream)
         await super().teardown()
+
+    async def report_metrics(self) -> None:
+        await super().report_metrics()
+        bm = self.engine.block_manager
+        telemetry.set_kv_usage(bm.num_blocks - bm.num_free_blocks, bm.num_blocks)
+        telemetry.set_inflight(len(self.runs))
 
     def should_pause(self) -> bool:
         busy = len(self.runs) + self.inbox.qsize() >= self.config.max_decode_seqs
@@ -160,7 +167,7 @@ class DecodeWorker(EngineStageWorker):
             if kv_ack:
                 kv_acks.append(kv_ack)
         if engine.scheduler.has_schedulable:
-            engine.step()
+            telemetry.add_generated_tokens(len(engine.step()))
         t, now_s = now_ms(), time.monotonic()
 
         def emit(run: JobRun, outs) -> None:
@@ -176,9 +183,15 @@ class DecodeWorker(EngineStageWorker):
                 emit(entry[0], entry[0].driver.verdict(v.key, v.verdict, detail, now_s))
         for job_id, (run, ack) in list(self.runs.items()):
             if not run.seq.is_finished:
+                # Live limits tighten jobs already running (checked at step boundaries).
+                live = self.budgets.cached(run.handoff.slo.class_)
+                if live is not None:
+                    run.driver.reasoner.update_budget(live.max_thinking_tokens, live.max_steps)
                 events.extend(token_events(run, tok, t))
                 emit(run, run.driver.advance(now_s))
             if run.seq.is_finished:
+                for step in run.driver.reasoner.chain:
+                    telemetry.observe_step(step.end - step.start)
                 evs, result = finish(run, tok, t)
                 events.extend(evs)
                 results.append((result, run.handoff.reply_topic, ack))
@@ -269,6 +282,7 @@ class DecodeWorker(EngineStageWorker):
             self._unacked = [f for f in self._unacked if not f.done()]
         for result, reply_topic, ack in results:
             await self.publish_result(result, reply_topic)
+            telemetry.observe_result(result)
             await self.state.mark_done(result.id, self.worker_id)
             self.active.discard(result.id)
             ack()

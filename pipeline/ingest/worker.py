@@ -29,6 +29,7 @@ class IngestWorker(StageWorker):
                 max_steps=self.config.default_max_steps,
                 max_thinking_tokens=self.config.default_max_thinking_tokens,
             ),
+            budget_source=self.start_budget_reader().cached,
         )
         self.num_duplicates = 0
 

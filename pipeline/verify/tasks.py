@@ -24,7 +24,7 @@ import redis
 from celery import Celery
 from celery.exceptions import SoftTimeLimitExceeded
 
-from pipeline import schema
+from pipeline import schema, telemetry
 from pipeline.config import PipelineConfig
 
 log = logging.getLogger(__name__)
@@ -112,6 +112,7 @@ def verify_step(payload: str) -> None:
         log.error("dropping an undecodable verify request: %s", e)
         return
     verdict = run_check(req)
+    telemetry.verify_check(verdict.verdict, verdict.check_ms / 1000)
     _redis().xadd(
         req.reply_stream, {"v": schema.encode(verdict)}, maxlen=STREAM_MAXLEN, approximate=True
     )
@@ -139,6 +140,10 @@ def worker_argv(concurrency: int = 1, loglevel: str = "INFO") -> list[str]:
 
 def main(concurrency: int | None = None) -> int:
     """`stepwise worker verify`."""
+    from celery.signals import worker_process_init
+
     n = concurrency or int(os.environ.get("STEPWISE_VERIFY_CONCURRENCY", "1"))
+    # Checks run in the pool's children: each serves its own /metrics.
+    worker_process_init.connect(telemetry.serve_pool_child_metrics, weak=False)
     app.worker_main(worker_argv(n))
     return 0

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
+import urllib.request
 import uuid
 
 import pytest
 import pytest_asyncio
 from aiokafka import AIOKafkaConsumer
 
-from pipeline import schema
+from pipeline import schema, telemetry
 from pipeline.client import StepwiseClient, current_chain
 from pipeline.config import PipelineConfig
 from tests.integration.pipeline_helpers import run_jobs, running_stack
@@ -62,6 +64,14 @@ async def test_n_jobs_in_exactly_n_results_out_with_gap_free_events(stack):
         assert current_chain(events[j.id]) == [s.text for s in result.steps]
     # The KV crossed processes' memory through shm: decode imported it, nothing re-prefilled.
     assert decode.num_reprefills == 0
+    # Every stage serves /metrics with the documented names; decode's figures reflect the jobs.
+    for worker in (ingest, prefill, decode):
+        with urllib.request.urlopen(f"http://127.0.0.1:{worker.metrics_port}/metrics") as r:
+            text = r.read().decode()
+        assert all(name in text for name in telemetry.METRIC_NAMES)
+    jobs_line = re.search(r'^stepwise_jobs_total\{[^}]*status="ok"[^}]*\} (\S+)$', text, re.M)
+    assert jobs_line and float(jobs_line.group(1)) >= len(jobs)
+    assert re.search(r"^stepwise_e2e_latency_seconds_count\{[^}]*\} [1-9]", text, re.M)
 
 
 @pytest.mark.slow

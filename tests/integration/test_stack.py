@@ -24,7 +24,7 @@ def test_stack_runs_a_job_and_stops_its_workers_cleanly(
     stack = Stack(config, log_dir=tmp_path)
     with stack:
         assert stack.services.embedded == []  # both came from the environment
-        assert sorted(stack.procs) == ["decode", "ingest", "prefill", "verify"]
+        assert sorted(stack.procs) == ["budget", "decode", "ingest", "prefill", "verify"]
         job = schema.Job(id="stack-1", prompt="What is 4 + 5?", params=schema.JobParams(seed=1))
 
         async def run() -> schema.Result:

@@ -20,10 +20,15 @@ def test_defaults():
     assert args.model.endswith("tiny-reasoner")
 
 
-@pytest.mark.parametrize("mode", ["verify-async", "verify-strict", "budget"])
-def test_later_modes_fail_clearly(mode, capsys):
-    assert runner.run(_parse(["--mode", mode])) == 2
-    assert f"mode {mode} is not available yet" in capsys.readouterr().err
+def test_later_modes_fail_clearly(capsys):
+    assert runner.run(_parse(["--mode", "budget"])) == 2
+    assert "mode budget is not available yet" in capsys.readouterr().err
+
+
+def test_a_verify_mode_runs_with_its_checker_process(capsys):
+    assert runner.run(_parse(["--mode", "verify-strict", "--n", "4", "--tasks", "arith"])) == 0
+    out = capsys.readouterr().out
+    assert "mode verify-strict" in out and "checks " in out and "backtracks" in out
 
 
 def test_unknown_mode_is_an_argparse_error():

@@ -25,6 +25,7 @@ from aiokafka import ConsumerRecord
 
 from pipeline import schema, telemetry
 from pipeline.bus import Ack
+from pipeline.cache import Cache, CacheConfig, Scope
 from pipeline.decode.core import JobRun, finish, outward, token_events
 from pipeline.decode.driver import ReasoningDriver, reasoning_params
 from pipeline.decode.reasoning import ReasoningConfig
@@ -38,11 +39,11 @@ from pipeline.worker import EngineStageWorker, now_ms
 
 log = logging.getLogger(__name__)
 
-# (events to publish, finished (Result, reply topic, ack), KV buffers to ack (owner, handle),
+# (events to publish, finished (Result, its handoff, ack), KV buffers to ack (owner, handle),
 #  steps to verify)
 Tick = tuple[
     list[schema.Event],
-    list[tuple[schema.Result, str | None, Ack]],
+    list[tuple[schema.Result, schema.Handoff, Ack]],
     list[tuple[str, str]],
     list[schema.VerifyRequest],
 ]
@@ -56,6 +57,7 @@ class DecodeWorker(EngineStageWorker):
         await self.start_engine(self.config.max_decode_seqs)
         self.transport = get_transport(self.config.kv_transport)
         self.budgets = self.start_budget_reader()
+        self.cache = Cache(self.redis, CacheConfig(key_prefix=self.config.topic_prefix))
         self.inbox: asyncio.Queue[tuple[schema.Handoff, Ack]] = asyncio.Queue()
         self.runs: dict[str, tuple[JobRun, Ack]] = {}  # touched by the engine thread only
         self.active: set[str] = set()  # ids queued or running (event loop only)
@@ -151,7 +153,7 @@ class DecodeWorker(EngineStageWorker):
     def _tick(self, new: list[tuple[schema.Handoff, Ack]]) -> Tick:
         engine, tok = self.engine, self.engine.tokenizer
         events: list[schema.Event] = []
-        results: list[tuple[schema.Result, str | None, Ack]] = []
+        results: list[tuple[schema.Result, schema.Handoff, Ack]] = []
         kv_acks: list[tuple[str, str]] = []
         checks: list[schema.VerifyRequest] = []
         for h, ack in new:
@@ -161,7 +163,7 @@ class DecodeWorker(EngineStageWorker):
                 log.exception("%s: cannot start", h.id)
                 err = e if isinstance(e, StepwiseError) else StepwiseError(repr(e))
                 result = msgspec.structs.replace(schema.rejected_result(h.id, err), status="error")
-                results.append((result, h.reply_topic, ack))
+                results.append((result, h, ack))
                 continue
             self.runs[h.id] = (run, ack)
             if kv_ack:
@@ -194,7 +196,7 @@ class DecodeWorker(EngineStageWorker):
                     telemetry.observe_step(step.end - step.start)
                 evs, result = finish(run, tok, t)
                 events.extend(evs)
-                results.append((result, run.handoff.reply_topic, ack))
+                results.append((result, run.handoff, ack))
                 del self.runs[job_id]
         return events, results, kv_acks, checks
 
@@ -280,9 +282,12 @@ class DecodeWorker(EngineStageWorker):
             self._unacked.clear()
         elif len(self._unacked) > 4096:
             self._unacked = [f for f in self._unacked if not f.done()]
-        for result, reply_topic, ack in results:
-            await self.publish_result(result, reply_topic)
+        for result, h, ack in results:
+            await self.publish_result(result, h.reply_topic)
             telemetry.observe_result(result)
+            if h.cache_key is not None:  # a reproducible job: its answer serves the next one
+                with contextlib.suppress(Exception):  # a cache write never fails a job
+                    await self.cache.put_answer(Scope.of(h), h.cache_key, result)
             await self.state.mark_done(result.id, self.worker_id)
             self.active.discard(result.id)
             ack()

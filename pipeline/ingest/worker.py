@@ -1,11 +1,17 @@
-"""`stepwise worker ingest`: jobs -> (validate, dedupe, tokenize, budget) -> prefill."""
+"""`stepwise worker ingest`: jobs -> (validate, dedupe, answer cache, tokenize, budget) -> prefill.
+
+A reproducible job (greedy, or seeded by its sender) whose answer is cached for its tenant gets
+the cached Result at once (status `cached`) and never reaches the model; otherwise its cache
+key rides along so decode can store the answer (pipeline/cache.py, docs/cache.md)."""
 
 from __future__ import annotations
 
+import msgspec
 from aiokafka import ConsumerRecord
 
-from pipeline import schema
+from pipeline import schema, telemetry
 from pipeline.bus import Ack
+from pipeline.cache import Cache, CacheConfig, Scope, answer_key
 from pipeline.engine.model_config import ModelConfig
 from pipeline.engine.prepare import resolve_model
 from pipeline.engine.tokenizer import Tokenizer
@@ -32,6 +38,9 @@ class IngestWorker(StageWorker):
             budget_source=self.start_budget_reader().cached,
         )
         self.num_duplicates = 0
+        self.num_cached = 0
+        # The cache's keys live under the pipeline's prefix: one namespace per deployment.
+        self.cache = Cache(self.redis, CacheConfig(key_prefix=self.config.topic_prefix))
 
     async def handle(self, record: ConsumerRecord, ack: Ack) -> None:
         # Schema and length errors raise: the base dead-letters them and rejects the job.
@@ -41,7 +50,13 @@ class IngestWorker(StageWorker):
             self.num_duplicates += 1
             ack()
             return
+        key = answer_key(job, job.model or self.config.model)
+        if key is not None and await self._answer_from_cache(job, key):
+            ack()
+            return
         task = self.core.admit(job, now_ms())
+        if key is not None:
+            task = msgspec.structs.replace(task, cache_key=key)
         accepted = schema.Event(id=job.id, seq=0, kind="accepted", ts_ms=task.admitted_ms)
         await self.producer.send_many(
             [
@@ -50,3 +65,31 @@ class IngestWorker(StageWorker):
             ]
         )
         ack()
+
+    async def _answer_from_cache(self, job: schema.Job, key: str) -> bool:
+        """Publish the cached Result for this job, if there is one for its tenant."""
+        hits_before = self.cache.stats.answer_l1_hits
+        raw = await self.cache.get_answer(Scope.of(job), key)
+        if raw is None:
+            telemetry.cache_miss("answer")
+            return False
+        layer = "l1" if self.cache.stats.answer_l1_hits > hits_before else "l2"
+        telemetry.cache_hit("answer", layer)
+        t = now_ms()
+        cached = schema.decode(raw, schema.Result)
+        result = msgspec.structs.replace(
+            cached, id=job.id, status="cached", tenant=job.tenant, slo_class=job.slo.class_,
+            timings=schema.Timings(queue_ms=0.0, e2e_ms=max(0, t - (job.created_ms or t))),
+            ts_ms=t,
+        )  # fmt: skip
+        events = [
+            schema.Event(id=job.id, seq=0, kind="accepted", ts_ms=t),
+            schema.Event(id=job.id, seq=1, kind="final", text=result.answer or "",
+                         detail="cached", ts_ms=t),
+        ]  # fmt: skip
+        items = [(self.topics.events, job.id, schema.encode(e)) for e in events]
+        await self.producer.send_many(items)
+        await self.publish_result(result, job.reply_topic)
+        await self.state.mark_done(job.id, self.worker_id)
+        self.num_cached += 1
+        return True

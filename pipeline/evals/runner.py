@@ -26,7 +26,7 @@ from pipeline.evals.scoring import TraceScore
 
 DEFAULT_MODEL = Path(__file__).resolve().parents[1] / "assets" / "tiny-reasoner"
 MODES = ("plain", "verify-async", "verify-strict", "budget")
-AVAILABLE_MODES = ("plain", "verify-async", "verify-strict")
+AVAILABLE_MODES = MODES
 NUM_SAMPLES = 3  # completions kept in the JSON per family, for eyeballing
 
 
@@ -53,7 +53,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=MODES,
         default="plain",
         help="plain: no verification; verify-async / verify-strict: every step checked by "
-        "the Z3 checker in a separate process, contradicted steps backtracked (budget: later)",
+        "the Z3 checker in a separate process, contradicted steps backtracked; budget: no "
+        "verification, the answer forced at --max-thinking-tokens / --max-steps",
+    )
+    parser.add_argument(
+        "--max-thinking-tokens", type=int, default=None, help="thinking budget (any mode)"
+    )
+    parser.add_argument("--max-steps", type=int, default=None, help="step budget (any mode)")
+    parser.add_argument(
+        "--early-exit", action="store_true", help="answer probes at step ends; exit on agreement"
     )
     parser.add_argument(
         "--max-retries", type=int, default=8, help="resamples of a contradicted step (verify)"
@@ -113,7 +121,7 @@ def evaluate(args: argparse.Namespace) -> dict:
     seeds = [args.seed * 1_000_003 + i for i in range(len(problems))]
     generate = backend.generate
     verifier = None
-    if args.mode.startswith("verify-"):
+    if args.mode != "plain" or args.early_exit or args.max_thinking_tokens:
         generate, verifier = _verified_generate(backend, problems, args)
     completions: list[Completion] = []
     start = time.perf_counter()
@@ -189,13 +197,17 @@ def _verified_generate(backend, problems: list[Problem], args: argparse.Namespac
 
     if args.engine != "native":
         raise StepwiseError(f"--mode {args.mode} needs --engine native")
+    verify = args.mode.removeprefix("verify-") if args.mode.startswith("verify-") else "off"
     config = ReasoningConfig(
-        verify=args.mode.removeprefix("verify-"),
+        verify=verify,
+        max_thinking_tokens=args.max_thinking_tokens,
+        max_steps=args.max_steps,
+        early_exit=args.early_exit,
         max_retries=args.max_retries,
         max_backtracks=args.max_backtracks,
     )
     premises = {format_prompt(p): tuple(p.premises) for p in problems}
-    verifier = LocalVerifier()
+    verifier = LocalVerifier() if verify != "off" else None
 
     def generate(prompts, temperature, max_tokens, seeds):
         params = [
@@ -218,6 +230,8 @@ def verification_summary(completions: list[Completion]) -> dict:
         "mean_wasted_tokens": sum(getattr(c, "wasted_tokens", 0) for c in completions) / n,
         "checks": sum(getattr(c, "checks", 0) for c in completions),
         "gave_up": sum(getattr(c, "gave_up", False) for c in completions),
+        "probe_tokens": sum(getattr(c, "probe_tokens", 0) for c in completions),
+        "stop_reasons": dict(Counter(getattr(c, "stop_reason", "") for c in completions)),
         "verdicts": dict(verdicts),
     }
 
@@ -242,11 +256,12 @@ def format_table(report: dict) -> str:
         f"{report['tokens_per_s']:.1f} tok/s, engine {report['engine']}, mode {report['mode']}, "
         f"T={report['temperature']}"
     )
-    if report["mode"].startswith("verify-"):
+    if report["mode"] != "plain" or set(report.get("stop_reasons", {})) - {""}:
         lines.append(
             f"checks {report['checks']}, backtracks {report['backtracks']}, wasted tokens "
             f"{report['wasted_tokens']} ({report['mean_wasted_tokens']:.1f}/problem), gave up "
-            f"{report['gave_up']}, verdicts {report['verdicts']}"
+            f"{report['gave_up']}, verdicts {report['verdicts']}, probe tokens "
+            f"{report['probe_tokens']}, stop reasons {report['stop_reasons']}"
         )
     return "\n".join(lines)
 

@@ -20,9 +20,10 @@ def test_defaults():
     assert args.model.endswith("tiny-reasoner")
 
 
-def test_later_modes_fail_clearly(capsys):
-    assert runner.run(_parse(["--mode", "budget"])) == 2
-    assert "mode budget is not available yet" in capsys.readouterr().err
+def test_the_budget_mode_forces_answers(capsys):
+    args = ["--mode", "budget", "--max-thinking-tokens", "6", "--n", "4", "--tasks", "linear"]
+    assert runner.run(_parse(args)) == 0
+    assert "stop reasons {'budget': 4}" in capsys.readouterr().out
 
 
 def test_a_verify_mode_runs_with_its_checker_process(capsys):

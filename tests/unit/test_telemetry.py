@@ -169,10 +169,7 @@ def test_set_budget_takes_a_schema_budget_and_its_version(m):
     m.set_budget("interactive", schema.Budget(max_steps=8, max_thinking_tokens=128, version=5))
     assert value(m, "stepwise_budget_version", slo_class="interactive") == 5
     assert value(m, "stepwise_budget_max_steps", slo_class="interactive") == 8
-    assert (
-        m.registry.get_sample_value("stepwise_budget_probe_effort", {"slo_class": "interactive"})
-        is None
-    )
+    assert value(m, "stepwise_budget_probe_effort", slo_class="interactive") == 1  # default
 
 
 def test_empty_kv_pool_is_zero_usage(m):

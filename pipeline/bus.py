@@ -114,10 +114,20 @@ class Producer:
         await self._p.stop()
 
     async def send(
-        self, topic: str, value: bytes, key: str | None = None, headers: list | None = None
+        self,
+        topic: str,
+        value: bytes,
+        key: str | None = None,
+        headers: list | None = None,
+        partition: int | None = None,
     ) -> None:
+        """One record, acknowledged; `partition` overrides the key's (routing to a worker)."""
         await self._p.send_and_wait(
-            topic, value, key=key.encode() if key is not None else None, headers=headers
+            topic,
+            value,
+            key=key.encode() if key is not None else None,
+            headers=headers,
+            partition=partition,
         )
 
     async def send_later(self, topic: str, value: bytes, key: str | None = None) -> asyncio.Future:

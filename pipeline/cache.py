@@ -417,3 +417,8 @@ class Cache:
 
     async def is_alive(self, worker_id: str) -> bool:
         return bool(await self.redis.exists(self._alive_key(worker_id)))
+
+
+def partitions_key(prefix: str, worker_id: str) -> str:
+    """Where a prefill worker says which input partitions it consumes (prefix routing)."""
+    return f"{prefix}partitions:{_bounded(worker_id)}"

@@ -8,6 +8,9 @@ from dataclasses import dataclass
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
+DEFAULT_BLOCK_SIZE = 16  # tokens per KV block (ingest hashes prompts with it)
+
+
 @dataclass(slots=True)
 class EngineConfig:
     """How the native engine loads a model and batches work."""
@@ -15,7 +18,7 @@ class EngineConfig:
     model: str
     dtype: str = "auto"  # auto: bfloat16 on CUDA, float32 on CPU
     device: str = "auto"  # auto: cuda when available, else cpu
-    block_size: int = 16
+    block_size: int = DEFAULT_BLOCK_SIZE
     # KV pool size: explicit block count, or derived from a memory budget.
     num_kv_blocks: int | None = None
     kv_cache_memory_gb: float = 1.0

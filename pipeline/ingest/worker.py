@@ -11,11 +11,19 @@ from aiokafka import ConsumerRecord
 
 from pipeline import schema, telemetry
 from pipeline.bus import Ack
-from pipeline.cache import Cache, CacheConfig, Scope, answer_key
+from pipeline.cache import (
+    Cache,
+    CacheConfig,
+    Scope,
+    answer_key,
+    partitions_key,
+    prefix_hashes,
+)
+from pipeline.config import DEFAULT_BLOCK_SIZE
 from pipeline.engine.model_config import ModelConfig
 from pipeline.engine.prepare import resolve_model
 from pipeline.engine.tokenizer import Tokenizer
-from pipeline.ingest.core import IngestCore
+from pipeline.ingest.core import IngestCore, job_seed
 from pipeline.jobstate import Admission
 from pipeline.worker import StageWorker, now_ms
 
@@ -39,6 +47,8 @@ class IngestWorker(StageWorker):
         )
         self.num_duplicates = 0
         self.num_cached = 0
+        self.num_routed = 0
+        self.block_size = DEFAULT_BLOCK_SIZE  # the prefill engines' KV block size
         # The cache's keys live under the pipeline's prefix: one namespace per deployment.
         self.cache = Cache(self.redis, CacheConfig(key_prefix=self.config.topic_prefix))
 
@@ -58,13 +68,36 @@ class IngestWorker(StageWorker):
         if key is not None:
             task = msgspec.structs.replace(task, cache_key=key)
         accepted = schema.Event(id=job.id, seq=0, kind="accepted", ts_ms=task.admitted_ms)
-        await self.producer.send_many(
-            [
-                (self.topics.prefill, job.id, schema.encode(task)),
-                (self.topics.events, job.id, schema.encode(accepted)),
-            ]
-        )
+        partition = await self._warm_partition(task)
+        if partition is None:
+            await self.producer.send_many(
+                [
+                    (self.topics.prefill, job.id, schema.encode(task)),
+                    (self.topics.events, job.id, schema.encode(accepted)),
+                ]
+            )
+        else:
+            await self.producer.send(
+                self.topics.prefill, schema.encode(task), job.id, partition=partition
+            )
+            await self.producer.send(self.topics.events, schema.encode(accepted), job.id)
         ack()
+
+    async def _warm_partition(self, task: schema.PrefillTask) -> int | None:
+        """A partition of the live prefill worker that holds this prompt's longest prefix."""
+        try:
+            hashes = prefix_hashes(task.token_ids, self.block_size)
+            worker = await self.cache.warm_worker(task.tenant, task.model, hashes)
+            if worker is None:
+                return None
+            raw = await self.redis.get(partitions_key(self.config.topic_prefix, worker))
+            parts = [int(x) for x in raw.decode().split(",") if x] if raw else []
+        except Exception:  # routing is a hint; without it the key's partition is used
+            return None
+        if not parts:
+            return None
+        self.num_routed += 1
+        return parts[job_seed(task.id) % len(parts)]
 
     async def _answer_from_cache(self, job: schema.Job, key: str) -> bool:
         """Publish the cached Result for this job, if there is one for its tenant."""

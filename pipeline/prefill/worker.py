@@ -11,6 +11,7 @@ hands off without KV so decode re-prefills).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from aiokafka import ConsumerRecord
 
 from pipeline import schema
 from pipeline.bus import Ack
+from pipeline.cache import Cache, CacheConfig, partitions_key, prefix_hashes
 from pipeline.engine import Request
 from pipeline.engine.sequence import Sequence
 from pipeline.errors import StepwiseError
@@ -48,6 +50,8 @@ class PrefillWorker(EngineStageWorker):
             get_transport(c.kv_transport), self.worker_id, c.export_pool_mb << 20, c.kv_lease_ms
         )
         self.pending: asyncio.Queue[_Pending] = asyncio.Queue()
+        # Prefix routing: this worker's prompt blocks are warm in its prefix cache for a while.
+        self.cache = Cache(self.redis, CacheConfig(key_prefix=c.topic_prefix))
         self._tasks.append(asyncio.create_task(self._prefill_loop()))
 
     def should_pause(self) -> bool:
@@ -87,6 +91,10 @@ class PrefillWorker(EngineStageWorker):
                     continue
                 await self.publish("handoff", handoff.id, handoff)
                 p.ack()
+                t = p.task
+                with contextlib.suppress(Exception):  # routing is a hint; it never fails a job
+                    hashes = prefix_hashes(t.token_ids, self.engine.config.block_size)
+                    await self.cache.publish_prefix(t.tenant, t.model, hashes, self.worker_id)
 
     async def _fail(self, p: _Pending, exc: Exception) -> None:
         err = exc if isinstance(exc, StepwiseError) else StepwiseError(f"prefill failed: {exc!r}")
@@ -160,7 +168,18 @@ class PrefillWorker(EngineStageWorker):
             seed=seq.seed,
         )
 
+    async def report_metrics(self) -> None:
+        """Also the routing heartbeat: alive, and which input partitions this worker holds."""
+        await super().report_metrics()
+        if self.loop is not None and self.loop.consumer is not None:
+            parts = sorted(tp.partition for tp in self.loop.consumer.assignment())
+            key = partitions_key(self.config.topic_prefix, self.worker_id)
+            await self.redis.set(key, ",".join(map(str, parts)), ex=10)
+            await self.cache.mark_alive(self.worker_id)
+
     async def teardown(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.cache.mark_dead(self.worker_id)
         # Unlike decode, prefill holds buffers other processes may still read: release them.
         if hasattr(self, "pool"):
             self.pool.close()

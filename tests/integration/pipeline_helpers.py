@@ -20,6 +20,10 @@ async def running_stack(config: PipelineConfig) -> AsyncIterator[list]:
     workers = [IngestWorker(config), PrefillWorker(config), DecodeWorker(config)]
     tasks = [asyncio.create_task(w.run()) for w in workers]
     try:
+        await asyncio.sleep(0.5)
+        for t in tasks:  # a worker that died starting up fails the test now, not by timeout
+            if t.done():
+                t.result()
         yield workers
     finally:
         for w in workers:

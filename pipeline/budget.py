@@ -155,11 +155,15 @@ class LatencyWindow:
 
     def p95(self, now_s: float) -> float | None:
         """Nearest-rank p95 in ms; None when the window is empty."""
+        return self.quantile(now_s, 0.95)
+
+    def quantile(self, now_s: float, q: float) -> float | None:
+        """Nearest-rank quantile of the values in the window; None when it is empty."""
         self.prune(now_s)
         if not self._items:
             return None
-        values = sorted(lat for _, lat in self._items)
-        return values[math.ceil(0.95 * len(values)) - 1]
+        values = sorted(v for _, v in self._items)
+        return values[max(0, math.ceil(q * len(values)) - 1)]
 
 
 # -- the law --------------------------------------------------------------------------------
@@ -173,6 +177,7 @@ class Observation:
     count: int
     lag_jobs: int | None = None  # jobs admitted but not started (consumer lag)
     completion_rate: float = 0.0  # jobs/s, turns the lag into a queueing time
+    demand_tokens: float | None = None  # p90 of the tokens jobs in the window actually used
 
 
 @dataclass(slots=True, frozen=True)
@@ -208,9 +213,14 @@ def control_step(cfg: SloClassConfig, state: LawState, obs: Observation) -> LawS
     # The lag is seen at once, the window's p95 only after jobs finish: during the hold a
     # growing queue still brakes, so a large load step is met within a few periods.
     lag_growing = lag_over and (obs.lag_jobs or 0) > state.brake_lag
+    # A cut starts from what jobs use, not from a limit none of them reaches: cutting 512 to
+    # 358 when jobs stop at 100 changes nothing, and the pipeline measured that (bench/RESULTS).
+    cut_from = state.log_tokens
+    if obs.demand_tokens is not None and obs.demand_tokens > 0:
+        cut_from = min(cut_from, max(u_min, math.log(obs.demand_tokens)))
     if (over and state.hold == 0) or lag_growing:
         # Far over: do not wait for the integrator.
-        u = max(u_min, state.log_tokens + math.log(cfg.brake_factor))
+        u = max(u_min, cut_from + math.log(cfg.brake_factor))
         return LawState(u, 0.0, cfg.brake_hold_periods, obs.lag_jobs or 0, "brake")
     if state.hold > 0:
         return replace(state, hold=state.hold - 1, prev_error=0.0, action="hold")
@@ -235,7 +245,7 @@ def control_step(cfg: SloClassConfig, state: LawState, obs: Observation) -> LawS
     delta = cfg.kp * (error - state.prev_error) + cfg.ki * error
     # Rises are capped (latency reacts late to a budget raise), cuts are not.
     delta = min(delta, cfg.max_rise)
-    u = state.log_tokens + delta
+    u = (cut_from if delta < 0 else state.log_tokens) + delta
     # Anti-windup: the state is the clamped output, so a long saturation stores nothing and
     # the first period with an error of the other sign moves the budget off its bound.
     clamped = min(max(u, u_min), u_max)
@@ -248,10 +258,13 @@ class BudgetController:
     def __init__(self, cfg: SloClassConfig) -> None:
         self.cfg = cfg
         self.window = LatencyWindow(cfg.window_s)
+        self.used = LatencyWindow(cfg.window_s)  # tokens used per job, same window
         self.state = LawState.initial(cfg)
 
-    def observe(self, now_s: float, latency_ms: float) -> None:
+    def observe(self, now_s: float, latency_ms: float, used_tokens: int | None = None) -> None:
         self.window.add(now_s, latency_ms)
+        if used_tokens is not None:
+            self.used.add(now_s, float(used_tokens))
 
     def update(self, now_s: float, lag_jobs: int | None = None) -> BudgetLimits:
         obs = Observation(
@@ -259,6 +272,7 @@ class BudgetController:
             count=self.window.count(now_s),
             lag_jobs=lag_jobs,
             completion_rate=self.window.rate(now_s),
+            demand_tokens=self.used.quantile(now_s, 0.9),
         )
         self.state = control_step(self.cfg, self.state, obs)
         return self.limits

@@ -48,7 +48,9 @@ class BudgetWorker(StageWorker):
     async def handle(self, record: ConsumerRecord, ack: Ack) -> None:
         result = schema.decode(record.value or b"", schema.Result)
         if result.status == "ok" and result.timings.e2e_ms is not None:
-            self.controllers[result.slo_class].observe(time.monotonic(), result.timings.e2e_ms)
+            self.controllers[result.slo_class].observe(
+                time.monotonic(), result.timings.e2e_ms, result.budget.used
+            )
             self.num_observed += 1
         ack()
 

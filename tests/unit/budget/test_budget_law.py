@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from pipeline import budget
 from pipeline.budget import (
     DEFAULT_BUDGET_CONFIG,
     BudgetController,
@@ -203,3 +204,17 @@ def test_config_checks_and_classes():
         SloClassConfig(min_thinking_tokens=600)
     with pytest.raises(ValueError):
         SloClassConfig(brake_factor=1.0)
+
+
+def test_a_cut_starts_from_what_jobs_use_not_from_an_unreached_limit():
+    cfg = budget.DEFAULT_BUDGET_CONFIG.for_class("interactive")
+    state = budget.LawState.initial(cfg)  # at the maximum, 512
+    far_over = dict(p95_ms=10 * cfg.slo_p95_ms, count=100)
+    blind = budget.control_step(cfg, state, budget.Observation(**far_over))
+    seeing = budget.control_step(cfg, state, budget.Observation(**far_over, demand_tokens=100.0))
+    assert blind.action == seeing.action == "brake"
+    assert abs(blind.tokens - cfg.max_thinking_tokens * cfg.brake_factor) < 1e-6
+    assert abs(seeing.tokens - 100.0 * cfg.brake_factor) < 1e-6
+    # Demand above the limit changes nothing; rises still start from the limit.
+    high = budget.control_step(cfg, state, budget.Observation(**far_over, demand_tokens=1e6))
+    assert abs(high.tokens - blind.tokens) < 1e-6

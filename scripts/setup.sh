@@ -16,6 +16,17 @@ if ! command -v redis-server >/dev/null 2>&1; then
     exit 1
   fi
 fi
+# docker-compose (v1, Debian) validates docker-compose.yml in tests/unit/test_infra.py; no
+# Docker engine is needed for that. Missing it is a warning here (that test then fails).
+if ! command -v docker-compose >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "[setup] installing docker-compose (apt)"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null; } \
+      || echo "[setup] warning: could not install docker-compose; tests/unit/test_infra.py will fail" >&2
+  else
+    echo "[setup] warning: docker-compose is missing (e.g. 'sudo apt-get install docker-compose')" >&2
+  fi
+fi
 
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then

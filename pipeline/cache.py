@@ -325,14 +325,14 @@ class Cache:
     # -- step level -----------------------------------------------------------------------------
 
     @staticmethod
-    def _step_content(job_key: str, accepted_steps: Sequence[str]) -> str:
+    def step_content(job_key: str, accepted_steps: Sequence[str]) -> str:
         return digest(job_key, [normalize_text(s) for s in accepted_steps])
 
     async def get_step(
         self, scope: Scope, job_key: str, accepted_steps: Sequence[str]
     ) -> tuple[str, str] | None:
         """(next step text, verdict) after `accepted_steps` for a `step_key`, or None."""
-        value = await self._get("step", scope, self._step_content(job_key, accepted_steps))
+        value = await self._get("step", scope, self.step_content(job_key, accepted_steps))
         if value is None:
             return None
         text, verdict = msgspec.msgpack.decode(value)
@@ -352,7 +352,7 @@ class Cache:
         if verdict not in CACHEABLE_VERDICTS or not step_text.strip():
             self._count("step_refused")
             return False
-        content = self._step_content(job_key, accepted_steps)
+        content = self.step_content(job_key, accepted_steps)
         await self._put("step", scope, content, _encoder.encode([step_text, verdict]), scopes)
         return True
 

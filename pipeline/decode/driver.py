@@ -47,6 +47,8 @@ class ReasoningDriver:
         self.reasoner = Reasoner(config, seq.seed, prompt_len=seq.num_prompt_tokens)
         self.probes: dict[str, Sequence] = {}  # probe key -> its side sequence
         self.num_appended = 0  # tokens put in by the driver (answer cues), not generated
+        self.spliced: dict[int, str] = {}  # step index -> verdict of a step from the cache
+        self.lookups: set[int] = set()  # step indexes the step cache was asked for
         self._cue: list[int] | None = None
 
     @property
@@ -80,7 +82,11 @@ class ReasoningDriver:
         while len(r.chain) < seq.num_steps and not r.finished:
             start = r.chain[-1].end if r.chain else seq.num_prompt_tokens
             end = seq.step_ends[len(r.chain)]
-            actions += r.on_step(start, end, self.step_text(start, end), now_s)
+            text = self.step_text(start, end)
+            if (verdict := self.spliced.pop(len(r.chain), None)) is not None:
+                actions += r.on_cached_step(start, end, text, verdict)
+            else:
+                actions += r.on_step(start, end, text, now_s)
         for key, probe in list(self.probes.items()):
             if probe.is_finished and not r.finished:
                 del self.probes[key]
@@ -97,6 +103,34 @@ class ReasoningDriver:
         if not r.finished and r.verifying:
             actions += r.on_tick(now_s)
         return self._apply(actions)
+
+    def wants_next_step(self) -> int | None:
+        """The index of the step about to be generated, when a cached one could replace it:
+        the sequence sits on a step boundary, thinking, not asked before (strict: with every
+        verdict in; async: a late contradiction rolls a spliced step back like any other)."""
+        seq, r = self.seq, self.reasoner
+        at_boundary = bool(seq.step_ends) and seq.step_ends[-1] == seq.num_tokens
+        index = len(r.chain)
+        if (
+            seq.is_finished
+            or r.finished
+            or r.phase != "think"
+            or (r.pending and r.config.verify == "strict")
+            or index != seq.num_steps
+            or not at_boundary
+            or index in self.lookups
+        ):
+            return None
+        self.lookups.add(index)
+        return index
+
+    def splice_step(self, index: int, text: str, verdict: str) -> None:
+        """Put a cached verified step (and the delimiter) in instead of generating it."""
+        delimiter = self.engine.step_detector.delimiter if self.engine.step_detector else "\n"
+        ids = self.engine.tokenizer.encode(text + delimiter, add_special_tokens=False)
+        self.engine.append_tokens(self.seq.request_id, ids)
+        self.num_appended += len(ids)
+        self.spliced[index] = verdict
 
     def flush(self) -> list[Outward]:
         """After the sequence finished on its own (verify off): its last steps, unchecked."""

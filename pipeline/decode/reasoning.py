@@ -284,6 +284,15 @@ class Reasoner:
         notes = [Note("backtrack", index + 1, text, None, f"early exit: {why}")] if dropped else []
         return [*notes, ExitWith(position, key)]
 
+    def on_cached_step(self, start: int, end: int, text: str, verdict: str) -> list[Action]:
+        """A step spliced in from the step cache: verified before, so it is not checked again."""
+        self._attempts += 1
+        index = len(self.chain)
+        step = Step(index, start, end, text, f"{index}.{self._attempts}", verdict=verdict)
+        step.detail = "cached"
+        self.chain.append(step)
+        return [Note("step", index, text), Note("verdict", index, text, verdict, "cached")]
+
     def on_unchecked_step(self, start: int, end: int, text: str) -> list[Action]:
         """A step of an already finished sequence (verify off): kept as unverified."""
         self._attempts += 1

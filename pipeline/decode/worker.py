@@ -22,13 +22,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import msgspec
 from aiokafka import ConsumerRecord
+from redis import Redis as SyncRedis
 
 from pipeline import schema, telemetry
 from pipeline.bus import Ack
-from pipeline.cache import Cache, CacheConfig, Scope
+from pipeline.cache import CACHEABLE_VERDICTS, SCOPES, Cache, CacheConfig, Scope, step_key
 from pipeline.decode.core import JobRun, finish, outward, token_events
 from pipeline.decode.driver import ReasoningDriver, reasoning_params
-from pipeline.decode.reasoning import ReasoningConfig
+from pipeline.decode.reasoning import Note, ReasoningConfig
 from pipeline.engine import KVExport, Request
 from pipeline.errors import StepwiseError
 from pipeline.stage_params import sampling_params
@@ -39,13 +40,16 @@ from pipeline.worker import EngineStageWorker, now_ms
 
 log = logging.getLogger(__name__)
 
+# A verified step for the step cache: (scope, job's step key, steps before it, text, verdict).
+StepPut = tuple[Scope, str, tuple[str, ...], str, str]
 # (events to publish, finished (Result, its handoff, ack), KV buffers to ack (owner, handle),
-#  steps to verify)
+#  steps to verify, verified steps to cache)
 Tick = tuple[
     list[schema.Event],
     list[tuple[schema.Result, schema.Handoff, Ack]],
     list[tuple[str, str]],
     list[schema.VerifyRequest],
+    list[StepPut],
 ]
 
 
@@ -58,6 +62,9 @@ class DecodeWorker(EngineStageWorker):
         self.transport = get_transport(self.config.kv_transport)
         self.budgets = self.start_budget_reader()
         self.cache = Cache(self.redis, CacheConfig(key_prefix=self.config.topic_prefix))
+        # The engine thread looks cached steps up itself, at step boundaries (a blocking GET
+        # with a short timeout: a slow Redis only means the step is generated instead).
+        self.sync_redis = SyncRedis.from_url(self.config.redis, socket_timeout=0.05)
         self.inbox: asyncio.Queue[tuple[schema.Handoff, Ack]] = asyncio.Queue()
         self.runs: dict[str, tuple[JobRun, Ack]] = {}  # touched by the engine thread only
         self.active: set[str] = set()  # ids queued or running (event loop only)
@@ -133,7 +140,35 @@ class DecodeWorker(EngineStageWorker):
             seq = engine.add(Request(h.id, list(h.token_ids), params))
         driver = ReasoningDriver(engine, seq, reasoning)
         problem = engine.tokenizer.decode(h.token_ids)
-        return JobRun(h, driver, problem, self.verdict_stream, now_ms()), kv_ack
+        run = JobRun(h, driver, problem, self.verdict_stream, now_ms())
+        if h.cache_key is not None:  # ingest found the job reproducible
+            run.step_key = step_key(h.model, h.token_ids, h.premises, h.params)
+        return run, kv_ack
+
+    def _maybe_splice(self, run: JobRun) -> None:
+        """At a step boundary of a reproducible job, reuse the verified step cached for it."""
+        if run.step_key is None or (index := run.driver.wants_next_step()) is None:
+            return
+        if (hit := self._cached_step(run)) is not None:
+            run.driver.splice_step(index, *hit)
+
+    def _cached_step(self, run: JobRun) -> tuple[str, str] | None:
+        """The verified step that followed this chain before, from Redis (engine thread)."""
+        assert run.step_key is not None
+        scope = Scope.of(run.handoff)
+        accepted = [s.text for s in run.driver.reasoner.chain]
+        content = Cache.step_content(run.step_key, accepted)
+        keys = [self.cache.key("step", name, scope, content) for name in SCOPES]
+        try:
+            found = next((v for v in self.sync_redis.mget(keys) if v is not None), None)
+        except Exception:  # Redis slow or away: generate the step instead
+            return None
+        if found is None:
+            telemetry.cache_miss("step")
+            return None
+        telemetry.cache_hit("step", "l2")
+        text, verdict = msgspec.msgpack.decode(found)
+        return text, verdict
 
     def _import(self, h: schema.Handoff, params):
         d = h.kv
@@ -156,6 +191,7 @@ class DecodeWorker(EngineStageWorker):
         results: list[tuple[schema.Result, schema.Handoff, Ack]] = []
         kv_acks: list[tuple[str, str]] = []
         checks: list[schema.VerifyRequest] = []
+        puts: list[StepPut] = []
         for h, ack in new:
             try:
                 run, kv_ack = self._start(h)
@@ -176,6 +212,8 @@ class DecodeWorker(EngineStageWorker):
             evs, reqs = outward(run, outs, tok, t)
             events.extend(evs)
             checks.extend(reqs)
+            if run.step_key is not None:
+                puts.extend(verified_steps(run, outs))
 
         while self.verdicts:
             v = self.verdicts.popleft()
@@ -191,6 +229,7 @@ class DecodeWorker(EngineStageWorker):
                     run.driver.reasoner.update_budget(live.max_thinking_tokens, live.max_steps)
                 events.extend(token_events(run, tok, t))
                 emit(run, run.driver.advance(now_s))
+                self._maybe_splice(run)
             if run.seq.is_finished:
                 for step in run.driver.reasoner.chain:
                     telemetry.observe_step(step.end - step.start)
@@ -198,7 +237,7 @@ class DecodeWorker(EngineStageWorker):
                 events.extend(evs)
                 results.append((result, run.handoff, ack))
                 del self.runs[job_id]
-        return events, results, kv_acks, checks
+        return events, results, kv_acks, checks, puts
 
     def _send_checks(self, checks: list[schema.VerifyRequest]) -> None:
         for req in checks:
@@ -266,7 +305,10 @@ class DecodeWorker(EngineStageWorker):
                 self.verdict_arrived.set()
 
     async def _publish_tick(self, tick: Tick) -> None:
-        events, results, kv_acks, checks = tick
+        events, results, kv_acks, checks, puts = tick
+        for scope, key, accepted, text, verdict in puts:
+            with contextlib.suppress(Exception):  # a cache write never fails a job
+                await self.cache.put_step(scope, key, accepted, text, verdict)
         if checks:  # first: verification runs while the rest is published
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(self.sender, self._send_checks, checks)
@@ -291,3 +333,16 @@ class DecodeWorker(EngineStageWorker):
             await self.state.mark_done(result.id, self.worker_id)
             self.active.discard(result.id)
             ack()
+
+
+def verified_steps(run: JobRun, outs) -> list[StepPut]:
+    """The steps these outputs verified, with the chain before each (for the step cache)."""
+    chain = run.driver.reasoner.chain
+    found = []
+    for o in outs:
+        if not (isinstance(o, Note) and o.kind == "verdict") or o.detail == "cached":
+            continue
+        if o.verdict in CACHEABLE_VERDICTS and o.step < len(chain) and chain[o.step].text == o.text:
+            before = tuple(s.text for s in chain[: o.step])
+            found.append((Scope.of(run.handoff), run.step_key, before, o.text, o.verdict))
+    return found

@@ -1,0 +1,55 @@
+"""The FastAPI app: routes, error bodies, and a lifespan that runs the Gateway (producer, feed)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse
+
+from pipeline.gateway import jobs_api, openai_api, stream
+from pipeline.gateway.service import Gateway, GatewayError
+from pipeline.gateway.settings import GatewayConfig
+
+PAGE = Path(__file__).with_name("page.html")
+
+
+def create_app(config: GatewayConfig | None = None) -> FastAPI:
+    """The gateway app; `config` defaults to the environment's (GatewayConfig.from_env)."""
+    gateway = Gateway(config or GatewayConfig.from_env())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await gateway.start()
+        try:
+            yield
+        finally:
+            await gateway.stop()
+
+    app = FastAPI(title="Stepwise gateway", lifespan=lifespan)
+    app.state.gateway = gateway
+
+    @app.exception_handler(GatewayError)
+    async def gateway_error(request: Request, exc: GatewayError) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        field = ".".join(str(p) for p in first.get("loc", ())[1:]) or None
+        message = first.get("msg", "invalid request")
+        body = {"error": {"code": "invalid_request_error", "message": message, "field": field}}
+        return JSONResponse(body, status_code=400)
+
+    @app.get("/", response_class=HTMLResponse)
+    async def page() -> str:
+        return PAGE.read_text()
+
+    app.include_router(jobs_api.router)
+    app.include_router(stream.router)
+    app.include_router(openai_api.router)
+    return app

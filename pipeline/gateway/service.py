@@ -1,0 +1,122 @@
+"""The gateway's core, shared by every endpoint: submit a Job for a tenant, find a tenant's job,
+follow it. Owns the producer, the hub and its Kafka feed."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import msgspec
+
+from pipeline import schema
+from pipeline.bus import BusConfig, Producer
+from pipeline.errors import StepwiseError
+from pipeline.gateway.auth import ApiKeys
+from pipeline.gateway.feed import KafkaFeed
+from pipeline.gateway.hub import Hub, JobLog, Subscription
+from pipeline.gateway.settings import GatewayConfig
+from pipeline.topics import Topics
+
+
+class GatewayError(StepwiseError):
+    """A request the gateway refuses; `status` is the HTTP status (WebSocket: 4000 + status)."""
+
+    def __init__(self, message: str, *, code: str, status: int, field: str | None = None):
+        super().__init__(message, code=code)
+        self.status = status
+        self.field = field
+
+    def body(self) -> dict:
+        return {"error": {"code": self.code, "message": str(self), "field": self.field}}
+
+
+def not_found(job_id: str) -> GatewayError:
+    return GatewayError(f"no job {job_id!r}", code="not_found", status=404)
+
+
+def new_job_id() -> str:
+    return f"gw-{uuid.uuid4().hex}"
+
+
+def parse_job(body: bytes) -> schema.Job:
+    """A Job from JSON; an absent `id` gets a generated one. SchemaError -> 400."""
+    try:
+        obj = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        obj = None
+    if isinstance(obj, dict) and "id" not in obj:
+        body = msgspec.json.encode({**obj, "id": new_job_id()})
+    try:
+        return schema.decode_job(body, "application/json")
+    except schema.SchemaError as exc:
+        raise GatewayError(str(exc), code=exc.code, status=400, field=exc.field) from None
+
+
+class Gateway:
+    def __init__(self, config: GatewayConfig):
+        self.config = config
+        self.keys = ApiKeys(config.api_keys)
+        self.topics = Topics(config.pipeline.topic_prefix)
+        self.bus = BusConfig(bootstrap_servers=config.pipeline.kafka, client_id="stepwise-gateway")
+        self.hub = Hub(config.max_jobs, config.max_events_per_job)
+        self.feed = KafkaFeed(self.bus, self.topics, self.hub)
+        self.producer: Producer | None = None  # aiokafka wants the running loop: see start()
+
+    async def start(self) -> None:
+        if not self.config.pipeline.kafka:
+            raise StepwiseError("the gateway needs STEPWISE_KAFKA", code="no_services")
+        self.producer = Producer(self.bus)
+        await self.producer.start()
+        await self.feed.start()
+
+    async def stop(self) -> None:
+        await self.feed.stop()
+        if self.producer is not None:
+            await self.producer.stop()
+
+    def inflight(self, tenant: str) -> int:
+        return sum(
+            1 for log in self.hub.logs.values() if log.tenant == tenant and log.result is None
+        )
+
+    async def submit(self, job: schema.Job, tenant: str) -> schema.Job:
+        """Publish `job` as `tenant`'s (its tenant field is overwritten)."""
+        log = self.hub.get(job.id)
+        if log is not None and log.tenant not in (None, tenant):
+            raise GatewayError(f"job id {job.id!r} is taken", code="id_conflict", status=409)
+        limit = self.config.tenant_max_inflight
+        if limit and (log is None or log.tenant is None) and self.inflight(tenant) >= limit:
+            raise GatewayError(
+                f"tenant {tenant!r} has {limit} jobs in flight", code="too_many_jobs", status=429
+            )
+        job = msgspec.structs.replace(
+            job, tenant=tenant, created_ms=job.created_ms or int(time.time() * 1000)
+        )
+        self.hub.log_for(job.id).tenant = tenant  # before publishing: the events find an owner
+        assert self.producer is not None, "Gateway.start() first"
+        await self.producer.send(self.topics.jobs, schema.encode(job), key=job.id)
+        return job
+
+    async def submit_and_follow(self, job: schema.Job, tenant: str) -> Subscription:
+        """Submit `job` with a subscription taken first, so no event can be missed."""
+        fresh = self.hub.get(job.id) is None
+        sub = self.hub.subscribe(job.id, 0, self.config.ws_max_queue) if fresh else None
+        try:
+            job = await self.submit(job, tenant)
+        except BaseException:
+            if sub is not None:
+                self.hub.unsubscribe(sub)
+            raise
+        return sub or self.subscribe(job.id, tenant)
+
+    def find(self, job_id: str, tenant: str) -> JobLog:
+        """The job's log, if `tenant` may see it; else 404 (never 403: ids do not leak)."""
+        log = self.hub.get(job_id)
+        if log is None or not self.keys.may_see(tenant, log.tenant):
+            raise not_found(job_id)
+        return log
+
+    def subscribe(self, job_id: str, tenant: str, from_seq: int = 0) -> Subscription:
+        if self.keys.enabled:
+            self.find(job_id, tenant)
+        return self.hub.subscribe(job_id, from_seq, self.config.ws_max_queue)

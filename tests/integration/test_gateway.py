@@ -1,0 +1,222 @@
+"""The gateway against the real local stack: HTTP jobs API, WebSocket stream with resume, API keys
+and tenant isolation, the slow-client policy, and the official `openai` client."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import uuid
+
+import httpx2 as httpx
+import openai
+import pytest
+import pytest_asyncio
+import uvicorn
+import websockets
+
+from pipeline import services
+from pipeline.client import current_chain
+from pipeline.config import PipelineConfig
+from pipeline.gateway import create_app, stream
+from pipeline.gateway.settings import GatewayConfig
+from pipeline.schema import Event
+from pipeline.topics import STAGES, Topics
+from tests.integration.conftest import TEST_PARTITIONS, _delete_topics
+from tests.integration.pipeline_helpers import running_stack
+
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
+KEYS = {"key-a": "tenantA", "key-b": "tenantB"}
+A = {"Authorization": "Bearer key-a"}
+B = {"Authorization": "Bearer key-b"}
+PARAMS = {"temperature": 0.7, "max_tokens": 120}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def gateway(kafka_bootstrap, redis_url, verify_worker):
+    """The stack on fresh topics, and the gateway app served by uvicorn on a free port."""
+    topics = Topics(f"test.{uuid.uuid4().hex[:10]}.")
+    counts = topics.partitions(dict.fromkeys(STAGES, TEST_PARTITIONS))
+    await services.create_topics(kafka_bootstrap, topics.all(), counts)
+    config = PipelineConfig(
+        kafka=kafka_bootstrap,
+        redis=redis_url,
+        topic_prefix=topics.prefix,
+        model="tiny-reasoner",
+        dtype="float32",
+        drain_timeout_s=10,
+    )
+    port = free_port()
+    app = create_app(GatewayConfig(pipeline=config, port=port, api_keys=KEYS))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    async with running_stack(config):
+        task = asyncio.create_task(server.serve())
+        while not server.started:
+            assert not task.done(), task.exception()
+            await asyncio.sleep(0.05)
+        try:
+            yield app.state.gateway, f"127.0.0.1:{port}"
+        finally:
+            server.should_exit = True
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(task, 10)
+    await _delete_topics(kafka_bootstrap, topics.all())
+
+
+def job(i: int, **params) -> dict:
+    return {
+        "id": f"gw-{uuid.uuid4().hex[:8]}-{i}",
+        "prompt": f"What is {3 + i} + {4 + 2 * i}?",
+        "params": {**PARAMS, "seed": i, **params},
+    }
+
+
+async def read_all(ws) -> tuple[list[dict], dict]:
+    """Every message until the server closes: (events, result)."""
+    msgs = [json.loads(m) async for m in ws]
+    assert msgs and msgs[-1]["kind"] == "result", msgs[-1:]
+    return msgs[:-1], msgs[-1]
+
+
+def assert_gap_free(events: list[dict], result: dict) -> None:
+    seqs = [e["seq"] for e in events]
+    assert seqs == list(range(len(seqs))), seqs
+    assert events[0]["kind"] == "accepted" and events[-1]["kind"] == "final"
+    chain = current_chain([Event(**e) for e in events])
+    assert chain == [s["text"] for s in result["steps"]]
+
+
+async def test_ws_submit_streams_every_event_then_the_result(gateway):
+    _, addr = gateway
+    async with websockets.connect(f"ws://{addr}/v1/stream?api_key=key-a") as ws:
+        await ws.send(json.dumps({"submit": job(1)}))
+        events, result = await read_all(ws)
+    assert ws.close_code == 1000
+    assert result["status"] == "ok" and result["tenant"] == "tenantA"
+    assert_gap_free(events, result)
+
+
+async def test_ws_resume_from_seq_has_no_gap_and_no_duplicate(gateway):
+    _, addr = gateway
+    j = job(2)
+    async with websockets.connect(f"ws://{addr}/v1/stream", additional_headers=A) as ws:
+        await ws.send(json.dumps({"submit": j}))
+        first = [json.loads(await ws.recv()) for _ in range(3)]
+    # dropped; the job runs on. Resume from the next seq.
+    url = f"ws://{addr}/v1/stream?api_key=key-a"
+    async with websockets.connect(url) as ws:
+        await ws.send(json.dumps({"subscribe": j["id"], "from_seq": first[-1]["seq"] + 1}))
+        rest, result = await read_all(ws)
+    assert result["status"] == "ok"
+    assert_gap_free(first + rest, result)
+
+
+async def test_http_jobs_api_and_tenant_isolation(gateway):
+    _, addr = gateway
+    base = f"http://{addr}"
+    async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+        assert (await http.get("/healthz")).status_code == 200
+        assert "process_cpu_seconds_total" in (await http.get("/metrics")).text
+        j = job(3)
+        assert (await http.post("/v1/jobs", json=j)).status_code == 401
+        assert (
+            await http.post("/v1/jobs", json=j, headers={"Authorization": "Bearer x"})
+        ).status_code == 401
+        r = await http.post("/v1/jobs", json=j, headers=A)
+        assert r.status_code == 202 and r.json()["id"] == j["id"]
+        bad = await http.post("/v1/jobs", json={**job(4), "params": {"temperature": 9}}, headers=A)
+        assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_field"
+        assert bad.json()["error"]["field"] == "params.temperature"
+        # Another tenant sees no such job; the same id cannot be taken over.
+        assert (await http.get(f"/v1/jobs/{j['id']}", headers=B)).status_code == 404
+        assert (await http.post("/v1/jobs", json=j, headers=B)).status_code == 409
+        async with websockets.connect(f"ws://{addr}/v1/stream", additional_headers=B) as ws:
+            await ws.send(json.dumps({"subscribe": j["id"]}))
+            with pytest.raises(websockets.ConnectionClosed):
+                while True:
+                    await ws.recv()
+        assert ws.close_code == 4404
+        async with websockets.connect(f"ws://{addr}/v1/stream?api_key=nope") as ws:
+            with pytest.raises(websockets.ConnectionClosed):
+                await ws.recv()
+        assert ws.close_code == 4401
+        body = await wait_done(http, j["id"], A)
+        assert body["result"]["status"] == "ok" and body["result"]["tenant"] == "tenantA"
+        assert body["num_events"] > 2
+        # An id-less Job gets one.
+        r = await http.post("/v1/jobs", json={"prompt": "What is 2 + 2?"}, headers=B)
+        assert r.status_code == 202 and r.json()["id"].startswith("gw-")
+
+
+async def wait_done(http, job_id: str, headers: dict, timeout_s: float = 60) -> dict:
+    for _ in range(int(timeout_s / 0.2)):
+        r = await http.get(f"/v1/jobs/{job_id}", headers=headers)
+        assert r.status_code == 200, r.text
+        if r.json()["status"] == "done":
+            return r.json()
+        await asyncio.sleep(0.2)
+    raise TimeoutError(job_id)
+
+
+async def test_slow_client_is_closed_and_the_job_completes(gateway, monkeypatch):
+    gw, addr = gateway
+    fast_send = stream.send
+
+    async def slow_send(ws, data):  # a client on a slow link: each frame takes a while
+        await asyncio.sleep(0.5)
+        await fast_send(ws, data)
+
+    monkeypatch.setattr(stream, "send", slow_send)
+    monkeypatch.setattr(gw.config, "ws_max_queue", 4)
+    j = job(5, stream="tokens")
+    async with websockets.connect(f"ws://{addr}/v1/stream", additional_headers=A) as ws:
+        await ws.send(json.dumps({"submit": j}))
+        with pytest.raises(websockets.ConnectionClosed):
+            while True:
+                await ws.recv()
+    assert ws.close_code == stream.SLOW_CONSUMER and "slow consumer" in ws.close_reason
+    async with httpx.AsyncClient(base_url=f"http://{addr}", timeout=30) as http:
+        body = await wait_done(http, j["id"], A)
+    assert body["result"]["status"] == "ok"
+
+
+async def test_openai_client_chat_completions(gateway):
+    _, addr = gateway
+    client = openai.AsyncOpenAI(base_url=f"http://{addr}/v1", api_key="key-a")
+    models = await client.models.list()
+    assert [m.id for m in models.data] == ["tiny-reasoner"]
+    messages = [{"role": "user", "content": "What is 12 + 7?"}]
+    done = await client.chat.completions.create(
+        model="tiny-reasoner", messages=messages, max_completion_tokens=120, seed=1
+    )
+    msg = done.choices[0].message
+    assert msg.content.startswith("Answer:")
+    assert msg.reasoning_content.strip()
+    assert done.usage.completion_tokens > 0 and done.choices[0].finish_reason in ("stop", "length")
+    chunks = await client.chat.completions.create(
+        model="tiny-reasoner",
+        messages=messages,
+        max_tokens=120,
+        seed=2,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    reasoning, content, usage = "", "", None
+    async for chunk in chunks:
+        usage = chunk.usage or usage
+        for choice in chunk.choices:
+            reasoning += getattr(choice.delta, "reasoning_content", None) or ""
+            content += choice.delta.content or ""
+    assert reasoning.strip() and content.startswith("Answer:")
+    assert usage is not None and usage.completion_tokens > 0
+    with pytest.raises(openai.AuthenticationError):
+        await openai.AsyncOpenAI(base_url=f"http://{addr}/v1", api_key="bad").models.list()
+    with pytest.raises(openai.NotFoundError):
+        await client.chat.completions.create(model="gpt-4", messages=messages)

@@ -97,6 +97,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
         from pipeline.verify import tasks
 
         return tasks.main(args.concurrency)
+    if args.name == "gateway":  # HTTP / WebSocket / OpenAI API on STEPWISE_GATEWAY_PORT
+        from pipeline.gateway.main import main as gateway_main
+
+        gateway_main()
+        return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     module, _, cls = WORKER_CLASSES[args.name].partition(":")
     worker_cls = getattr(importlib.import_module(module), cls)
@@ -252,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="run one pipeline stage (services from STEPWISE_KAFKA / STEPWISE_REDIS)",
         description="Run one pipeline stage until SIGTERM/SIGINT, which drains it.",
     )
-    w.add_argument("name", choices=sorted([*WORKER_CLASSES, "verify"]))
+    w.add_argument("name", choices=sorted([*WORKER_CLASSES, "verify", "gateway"]))
     w.add_argument(
         "--concurrency",
         type=int,

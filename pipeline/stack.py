@@ -13,7 +13,7 @@ from pipeline.config import PipelineConfig
 from pipeline.services import LocalServices, create_topics
 from pipeline.topics import Topics
 
-WORKERS = ("ingest", "prefill", "decode", "verify", "budget")
+WORKERS = ("ingest", "prefill", "decode", "verify", "budget", "gateway")
 
 
 class Stack:
@@ -25,6 +25,7 @@ class Stack:
         self.services = LocalServices(log_dir=log_dir)
         self.procs: dict[str, subprocess.Popen] = {}
         self.log_dir = Path(log_dir) if log_dir else None
+        self.gateway_port = int(os.environ.get("STEPWISE_GATEWAY_PORT") or 8000)
 
     @property
     def env(self) -> dict[str, str]:
@@ -35,6 +36,7 @@ class Stack:
             "STEPWISE_TOPIC_PREFIX": self.config.topic_prefix,
             "STEPWISE_MODEL": self.config.model,
             "STEPWISE_DTYPE": self.config.dtype,
+            "STEPWISE_GATEWAY_PORT": str(self.gateway_port),
         }
 
     def start(self) -> None:
@@ -65,6 +67,8 @@ class Stack:
         lines = self.services.describe()
         where = f", log {self.log_dir}/<name>.log" if self.log_dir else ""
         lines += [f"worker {n:<8} pid {p.pid}{where}" for n, p in self.procs.items()]
+        if "gateway" in self.procs:
+            lines.append(f"gateway at http://127.0.0.1:{self.gateway_port} (OpenAI API: /v1)")
         return lines
 
     def stop(self, timeout: float = 30.0) -> None:

@@ -61,8 +61,14 @@ async def gateway(kafka_bootstrap, redis_url, verify_worker):
         while not server.started:
             assert not task.done(), task.exception()
             await asyncio.sleep(0.05)
+        addr = f"127.0.0.1:{port}"
         try:
-            yield app.state.gateway, f"127.0.0.1:{port}"
+            # One job end to end first: every stage is past start-up (and a failing test's
+            # teardown never stops a worker that is still joining its group).
+            async with httpx.AsyncClient(base_url=f"http://{addr}", timeout=30) as http:
+                r = await http.post("/v1/jobs", json=job(0), headers=A)
+                await wait_done(http, r.json()["id"], A, timeout_s=120)
+            yield app.state.gateway, addr
         finally:
             server.should_exit = True
             with contextlib.suppress(Exception):

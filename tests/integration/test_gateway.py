@@ -130,6 +130,7 @@ async def test_http_jobs_api_and_tenant_isolation(gateway):
     async with httpx.AsyncClient(base_url=base, timeout=30) as http:
         assert (await http.get("/healthz")).status_code == 200
         assert "process_cpu_seconds_total" in (await http.get("/metrics")).text
+        assert "<textarea" in (await http.get("/")).text  # the live page
         j = job(3)
         assert (await http.post("/v1/jobs", json=j)).status_code == 401
         assert (

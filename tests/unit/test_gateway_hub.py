@@ -112,3 +112,33 @@ def test_chat_request_maps_onto_a_job():
         to_job(req.model_copy(update={"model": "other"}), "m")
     result = schema.Result(id="a", status="ok", text="1 + 1 = 2\nAnswer: 2", answer="2", ts_ms=0)
     assert answer_text(result) == "Answer: 2"
+
+
+class _FakeProducer:
+    def __init__(self):
+        self.sent: list[tuple[str, str]] = []
+
+    async def send(self, topic: str, value: bytes, key: str | None = None) -> None:
+        self.sent.append((topic, key))
+
+
+async def test_submit_forces_the_tenant_and_limits_jobs_in_flight():
+    from pipeline.config import PipelineConfig
+    from pipeline.gateway.service import Gateway
+    from pipeline.gateway.settings import GatewayConfig
+
+    config = GatewayConfig(pipeline=PipelineConfig(kafka="x"), tenant_max_inflight=1)
+    gw = Gateway(config)
+    gw.producer = _FakeProducer()
+    job = parse_job(b'{"id": "a", "tenant": "evil", "prompt": "hi"}')
+    assert (await gw.submit(job, "tA")).tenant == "tA"
+    with pytest.raises(GatewayError) as err:  # a second job while the first has no Result
+        await gw.submit(parse_job(b'{"prompt": "hi"}'), "tA")
+    assert err.value.status == 429
+    with pytest.raises(GatewayError) as err:  # another tenant cannot take the id
+        await gw.submit(job, "tB")
+    assert err.value.status == 409
+    await gw.submit(parse_job(b'{"prompt": "hi"}'), "tB")  # other tenants are not limited
+    gw.hub.add_result(res("a"))
+    await gw.submit(parse_job(b'{"prompt": "again"}'), "tA")
+    assert len(gw.producer.sent) == 3

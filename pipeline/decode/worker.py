@@ -325,11 +325,12 @@ class DecodeWorker(EngineStageWorker):
         elif len(self._unacked) > 4096:
             self._unacked = [f for f in self._unacked if not f.done()]
         for result, h, ack in results:
-            await self.publish_result(result, h.reply_topic)
-            telemetry.observe_result(result)
+            # Cache first: whoever sees the Result and asks again must find the answer.
             if h.cache_key is not None:  # a reproducible job: its answer serves the next one
                 with contextlib.suppress(Exception):  # a cache write never fails a job
                     await self.cache.put_answer(Scope.of(h), h.cache_key, result)
+            await self.publish_result(result, h.reply_topic)
+            telemetry.observe_result(result)
             await self.state.mark_done(result.id, self.worker_id)
             self.active.discard(result.id)
             ack()

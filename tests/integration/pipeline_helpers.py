@@ -14,6 +14,15 @@ from pipeline.ingest.worker import IngestWorker
 from pipeline.prefill.worker import PrefillWorker
 
 
+def stack_config(kafka: str, redis: str, topics, **overrides) -> PipelineConfig:
+    """The pipeline config every integration test runs its in-process stack with."""
+    values = dict(
+        kafka=kafka, redis=redis, topic_prefix=topics.prefix, model="tiny-reasoner",
+        dtype="float32", drain_timeout_s=10,
+    )  # fmt: skip
+    return PipelineConfig(**{**values, **overrides})
+
+
 @contextlib.asynccontextmanager
 async def running_stack(config: PipelineConfig) -> AsyncIterator[list]:
     """The three Kafka stages running on `config` until the block ends (then drained)."""

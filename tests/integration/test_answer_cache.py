@@ -8,8 +8,7 @@ import uuid
 import pytest
 
 from pipeline import schema
-from pipeline.config import PipelineConfig
-from tests.integration.pipeline_helpers import run_jobs, running_stack
+from tests.integration.pipeline_helpers import run_jobs, running_stack, stack_config
 
 pytestmark = pytest.mark.slow
 
@@ -24,10 +23,7 @@ def job(tenant: str, **params) -> schema.Job:
 
 
 async def test_a_repeated_greedy_job_is_answered_from_the_cache(kafka_bootstrap, redis_url, topics):
-    config = PipelineConfig(
-        kafka=kafka_bootstrap, redis=redis_url, topic_prefix=topics.prefix,
-        model="tiny-reasoner", dtype="float32", drain_timeout_s=10,
-    )  # fmt: skip
+    config = stack_config(kafka_bootstrap, redis_url, topics)
     tenant = f"t{uuid.uuid4().hex[:6]}"
     async with running_stack(config) as (ingest, _, _):
         first = job(tenant)

@@ -14,16 +14,13 @@ import redis.asyncio
 from pipeline import budget, schema
 from pipeline.budget_service import BudgetWorker
 from pipeline.config import PipelineConfig
-from tests.integration.pipeline_helpers import run_jobs, running_stack
+from tests.integration.pipeline_helpers import run_jobs, running_stack, stack_config
 
 pytestmark = pytest.mark.slow
 
 
 def config_for(kafka, redis_url, topics) -> PipelineConfig:
-    return PipelineConfig(
-        kafka=kafka, redis=redis_url, topic_prefix=topics.prefix, model="tiny-reasoner",
-        dtype="float32", drain_timeout_s=10,
-    )  # fmt: skip
+    return stack_config(kafka, redis_url, topics)
 
 
 def jobs(n: int, **params) -> list[schema.Job]:

@@ -18,13 +18,12 @@ import websockets
 
 from pipeline import services
 from pipeline.client import current_chain
-from pipeline.config import PipelineConfig
 from pipeline.gateway import create_app, stream
 from pipeline.gateway.settings import GatewayConfig
 from pipeline.schema import Event
 from pipeline.topics import STAGES, Topics
 from tests.integration.conftest import TEST_PARTITIONS, _delete_topics
-from tests.integration.pipeline_helpers import running_stack
+from tests.integration.pipeline_helpers import running_stack, stack_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 KEYS = {"key-a": "tenantA", "key-b": "tenantB"}
@@ -45,14 +44,7 @@ async def gateway(kafka_bootstrap, redis_url, verify_worker):
     topics = Topics(f"test.{uuid.uuid4().hex[:10]}.")
     counts = topics.partitions(dict.fromkeys(STAGES, TEST_PARTITIONS))
     await services.create_topics(kafka_bootstrap, topics.all(), counts)
-    config = PipelineConfig(
-        kafka=kafka_bootstrap,
-        redis=redis_url,
-        topic_prefix=topics.prefix,
-        model="tiny-reasoner",
-        dtype="float32",
-        drain_timeout_s=10,
-    )
+    config = stack_config(kafka_bootstrap, redis_url, topics)
     port = free_port()
     app = create_app(GatewayConfig(pipeline=config, port=port, api_keys=KEYS))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))

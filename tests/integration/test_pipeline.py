@@ -19,8 +19,7 @@ from aiokafka import AIOKafkaConsumer
 
 from pipeline import schema, telemetry
 from pipeline.client import StepwiseClient, current_chain
-from pipeline.config import PipelineConfig
-from tests.integration.pipeline_helpers import run_jobs, running_stack
+from tests.integration.pipeline_helpers import run_jobs, running_stack, stack_config
 
 PROBLEMS = [f"What is {a} + {b}?" for a, b in ((3, 4), (12, 7), (25, 17), (8, 9), (40, 2), (6, 6))]
 
@@ -28,14 +27,7 @@ PROBLEMS = [f"What is {a} + {b}?" for a, b in ((3, 4), (12, 7), (25, 17), (8, 9)
 @pytest_asyncio.fixture
 async def stack(kafka_bootstrap, redis_url, topics, verify_worker):
     """The three workers as asyncio tasks sharing this test's topics."""
-    config = PipelineConfig(
-        kafka=kafka_bootstrap,
-        redis=redis_url,
-        topic_prefix=topics.prefix,
-        model="tiny-reasoner",
-        dtype="float32",
-        drain_timeout_s=10,
-    )
+    config = stack_config(kafka_bootstrap, redis_url, topics)
     async with running_stack(config) as workers:
         yield config, workers
 

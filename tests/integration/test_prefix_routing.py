@@ -10,8 +10,8 @@ import pytest
 
 from pipeline import schema
 from pipeline.cache import prefix_hashes
-from pipeline.config import DEFAULT_BLOCK_SIZE, PipelineConfig
-from tests.integration.pipeline_helpers import run_jobs, running_stack
+from pipeline.config import DEFAULT_BLOCK_SIZE
+from tests.integration.pipeline_helpers import run_jobs, running_stack, stack_config
 
 pytestmark = pytest.mark.slow
 
@@ -19,10 +19,7 @@ pytestmark = pytest.mark.slow
 async def test_a_job_sharing_a_warm_prefix_is_routed_to_its_worker(
     kafka_bootstrap, redis_url, topics
 ):
-    config = PipelineConfig(
-        kafka=kafka_bootstrap, redis=redis_url, topic_prefix=topics.prefix,
-        model="tiny-reasoner", dtype="float32", drain_timeout_s=10,
-    )  # fmt: skip
+    config = stack_config(kafka_bootstrap, redis_url, topics)
     prompt = "Solve the system: 4x + y = 33, 2x - y = 3."
 
     def job() -> schema.Job:

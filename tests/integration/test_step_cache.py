@@ -9,8 +9,7 @@ import pytest
 import redis.asyncio
 
 from pipeline import schema
-from pipeline.config import PipelineConfig
-from tests.integration.pipeline_helpers import run_jobs, running_stack
+from tests.integration.pipeline_helpers import run_jobs, running_stack, stack_config
 
 pytestmark = pytest.mark.slow
 
@@ -19,10 +18,7 @@ pytestmark = pytest.mark.slow
 async def test_verified_steps_are_reused_by_the_same_job(
     kafka_bootstrap, redis_url, topics, verify_worker, verify
 ):
-    config = PipelineConfig(
-        kafka=kafka_bootstrap, redis=redis_url, topic_prefix=topics.prefix,
-        model="tiny-reasoner", dtype="float32", drain_timeout_s=10,
-    )  # fmt: skip
+    config = stack_config(kafka_bootstrap, redis_url, topics)
     tenant = f"s{uuid.uuid4().hex[:6]}"
 
     def job() -> schema.Job:

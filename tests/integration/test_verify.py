@@ -19,7 +19,7 @@ from pipeline.engine import Engine, EngineConfig, SamplingParams
 from pipeline.engine.prepare import resolve_model
 from pipeline.verify.checker import check_step
 from tests.integration.conftest import VerifyWorker
-from tests.integration.pipeline_helpers import run_jobs, running_stack
+from tests.integration.pipeline_helpers import run_jobs, running_stack, stack_config
 
 PROBLEM = "Solve for x: 4x + 42 = 94."  # 94 - 42 is beyond the tiny reasoner: it errs often
 
@@ -51,10 +51,7 @@ def first_wrong_seed(problem: str, max_tokens: int) -> int:
 
 
 def config_for(kafka, redis, topics, **kw) -> PipelineConfig:
-    return PipelineConfig(
-        kafka=kafka, redis=redis, topic_prefix=topics.prefix, model="tiny-reasoner",
-        dtype="float32", drain_timeout_s=10, **kw,
-    )  # fmt: skip
+    return stack_config(kafka, redis, topics, **kw)
 
 
 @pytest.mark.slow

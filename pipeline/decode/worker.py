@@ -83,6 +83,7 @@ class DecodeWorker(EngineStageWorker):
 
     async def teardown(self) -> None:
         self.sender.shutdown(wait=False, cancel_futures=True)
+        self.sync_redis.close()
         await self.redis.delete(self.verdict_stream)
         await super().teardown()
 

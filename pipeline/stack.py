@@ -71,16 +71,20 @@ class Stack:
             lines.append(f"gateway at http://127.0.0.1:{self.gateway_port} (OpenAI API: /v1)")
         return lines
 
-    def stop(self, timeout: float = 30.0) -> None:
+    def stop(self, timeout: float = 60.0) -> None:
+        """SIGTERM every worker (each drains: up to drain_timeout_s, then leaves its group),
+        wait up to `timeout` in all, kill what is left."""
         for proc in self.procs.values():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)  # drain, then exit
         deadline = time.monotonic() + timeout
-        for proc in self.procs.values():
+        for name, proc in self.procs.items():
             try:
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
+                print(f"worker {name} did not stop in {timeout:.0f} s: killed", file=sys.stderr)
                 proc.kill()
+                proc.wait(10)
         self.services.stop()
 
     def __enter__(self) -> Stack:

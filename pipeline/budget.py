@@ -114,6 +114,7 @@ class BudgetLimits:
         return schema.Budget(
             max_steps=self.max_steps,
             max_thinking_tokens=self.max_thinking_tokens,
+            probe_effort=self.probe_effort,
             version=self.version,
         )
 

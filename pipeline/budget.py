@@ -337,6 +337,8 @@ class BudgetReader:
         self.refresh_s = refresh_s
         self.clock = clock
         self._cache: dict[str, tuple[float, BudgetLimits | None]] = {}
+        # The same limits as a Budget, built once per read: decode asks for it every tick.
+        self._budgets: dict[str, schema.Budget | None] = {}
         self.num_reads = 0  # Redis round trips, for tests and metrics
 
     async def get(self, slo_class: str) -> BudgetLimits | None:
@@ -351,9 +353,9 @@ class BudgetReader:
             limits = hit[1] if hit is not None else None
         self.num_reads += 1
         self._cache[slo_class] = (now, limits)
+        self._budgets[slo_class] = limits.to_budget() if limits is not None else None
         return limits
 
     def cached(self, slo_class: str) -> schema.Budget | None:
         """The last limits read, as a Budget (ingest's synchronous BudgetSource); no I/O."""
-        hit = self._cache.get(slo_class)
-        return hit[1].to_budget() if hit is not None and hit[1] is not None else None
+        return self._budgets.get(slo_class)

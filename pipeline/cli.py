@@ -194,6 +194,12 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return asyncio.run(go())
 
 
+def cmd_stream(args: argparse.Namespace) -> int:
+    from pipeline import stream_view
+
+    return stream_view.run(args)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from pipeline import demo
 
@@ -294,6 +300,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--timeout", type=float, default=300.0)
     s.set_defaults(func=cmd_submit)
+
+    st = sub.add_parser(
+        "stream",
+        help="solve a problem through the gateway, rendering its steps live",
+        description="Submit a problem to the gateway's WebSocket (or follow a job with --job) "
+        "and render the reasoning live: each step with its verdict (✓ verified, ✗ contradicted, "
+        "? unknown), steps discarded by a backtrack struck out, then the answer, the thinking "
+        "budget used and the stop reason. A dropped connection resumes from the last event. "
+        "Exit status: 0 for an ok Result, 1 otherwise, 2 when the gateway cannot be used.",
+    )
+    from pipeline import stream_view
+
+    stream_view.add_arguments(st)
+    st.set_defaults(func=cmd_stream)
 
     d = sub.add_parser(
         "demo",

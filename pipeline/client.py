@@ -1,15 +1,22 @@
-"""A small asyncio client: publish a Job, follow its Events, wait for its Result."""
+"""Small asyncio clients: `StepwiseClient` publishes Jobs to Kafka and follows their Events and
+Results; `GatewayClient` does the same through the gateway's WebSocket (docs/gateway.md)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import uuid
 from collections.abc import AsyncIterator
 
+import msgspec
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from pipeline import schema
 from pipeline.bus import BusConfig, Producer
+from pipeline.errors import StepwiseError
 from pipeline.topics import Topics
+
+RESUMABLE_CLOSES = (1001, 1006, 1011, 1012, 4008)  # going away, dropped, server error, slow
 
 
 def current_chain(events: list[schema.Event]) -> list[str]:
@@ -100,3 +107,79 @@ class StepwiseClient:
                         if event.kind == "final":
                             finals.pop(event.id, None)
                         yield event
+
+
+class GatewayStreamError(StepwiseError):
+    """The gateway refused the stream (its `{"error": ...}` message), or it broke for good."""
+
+
+def stream_url(url: str) -> str:
+    """`http(s)://host:port[/...]` or `ws(s)://...` -> the `/v1/stream` WebSocket URL."""
+    url = url.rstrip("/")
+    for http, ws in (("http://", "ws://"), ("https://", "wss://")):
+        if url.startswith(http):
+            url = ws + url[len(http) :]
+    if not url.startswith(("ws://", "wss://")):
+        url = "ws://" + url
+    return url if url.endswith("/v1/stream") else url + "/v1/stream"
+
+
+class GatewayClient:
+    """The gateway's WebSocket stream: submit a Job (or follow a job id) and read its Events in
+    `seq` order, then its Result. A dropped connection (or a slow-consumer close) is resumed
+    from the next `seq`, at most `max_resumes` times in a row, so no event is lost or repeated.
+    """
+
+    def __init__(
+        self, url: str, api_key: str | None = None, max_resumes: int = 5, open_timeout: float = 10
+    ):
+        self.url = stream_url(url)
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.max_resumes = max_resumes
+        self.open_timeout = open_timeout
+
+    async def stream(
+        self, submit: dict | None = None, *, job_id: str | None = None, from_seq: int = 0
+    ) -> AsyncIterator[schema.Event | schema.Result]:
+        """Submit `submit` (a Job as a dict; an id is added if it has none) or follow `job_id`."""
+        import websockets
+
+        if submit is not None:
+            submit = {"id": f"cli-{uuid.uuid4().hex[:12]}", **submit}
+            job_id = submit["id"]
+            first: dict = {"submit": submit}
+        elif job_id is not None:
+            first = {"subscribe": job_id, "from_seq": from_seq}
+        else:
+            raise ValueError("give a Job to submit or a job_id to follow")
+        next_seq, resumes = from_seq, 0
+        while True:
+            async with websockets.connect(
+                self.url, additional_headers=self.headers, open_timeout=self.open_timeout
+            ) as ws:
+                await ws.send(json.dumps(first))
+                try:
+                    async for raw in ws:
+                        msg = json.loads(raw)
+                        if "error" in msg:
+                            err = msg["error"]
+                            raise GatewayStreamError(err.get("message", ""), code=err.get("code"))
+                        if msg.get("kind") == "result":
+                            msg.pop("kind")
+                            yield msgspec.convert(msg, schema.Result)
+                            return
+                        event = msgspec.convert(msg, schema.Event)
+                        if event.seq < next_seq:
+                            continue  # already had it
+                        next_seq, resumes = event.seq + 1, 0
+                        yield event
+                except websockets.ConnectionClosedError:
+                    pass  # closed without a close frame: resumable, see below
+            code, reason = ws.close_code, ws.close_reason or ""
+            if code not in RESUMABLE_CLOSES and code is not None:
+                raise GatewayStreamError(f"stream closed {code} {reason}".strip(), code="closed")
+            if resumes >= self.max_resumes:
+                raise GatewayStreamError(f"stream lost ({code} {reason})", code="stream_lost")
+            resumes += 1
+            await asyncio.sleep(0.2 * resumes)
+            first = {"subscribe": job_id, "from_seq": next_seq}

@@ -1,0 +1,234 @@
+"""`stepwise stream "problem"`: a job's reasoning rendered live (rich) from the gateway's
+WebSocket. `StreamView` is the pure part: Events and the Result in, a renderable out."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+
+from rich.console import Console, Group
+from rich.text import Text
+
+from pipeline import schema
+
+# verdict -> (mark, style); `None` (not checked yet) shows as a dim dot
+MARKS = {
+    "entailed": ("✓", "green"),
+    "consistent": ("✓", "green"),
+    "no_claim": ("✓", "green"),
+    "contradicted": ("✗", "bold red"),
+    "unknown": ("?", "yellow"),
+    "unverified": ("?", "dim"),
+}
+PENDING = ("·", "dim")
+DRAFT_CHARS = 160  # the tail of the step being written (stream=tokens) that is shown
+
+
+@dataclass(slots=True)
+class Row:
+    """A line of the view: a step (`index` >= 0) or a backtrack note (`index` -1)."""
+
+    index: int
+    text: str
+    verdict: str | None = None
+    gone: bool = False  # discarded by a backtrack or a rewrite
+    detail: str = ""
+
+
+class StreamView:
+    """What `stepwise stream` shows: every step with its verdict mark, discarded steps struck
+    out, backtracks, the answer, and the Result's budget and stop reason."""
+
+    def __init__(self, title: str = ""):
+        self.title = title
+        self.job_id = ""
+        self.rows: list[Row] = []
+        self.live: list[Row] = []  # the current chain, by step index
+        self.draft = ""
+        self.answer: str | None = None
+        self.error: str | None = None
+        self.result: schema.Result | None = None
+        self.num_events = 0
+
+    def _drop_from(self, index: int) -> None:
+        for row in self.live[index:]:
+            row.gone = True
+        del self.live[index:]
+
+    def apply(self, item: schema.Event | schema.Result) -> None:
+        if isinstance(item, schema.Result):
+            self.result = item
+            self.answer = self.answer if self.answer is not None else item.answer
+            if item.error is not None:
+                self.error = f"[{item.error.code}] {item.error.message}"
+            return
+        e = item
+        self.job_id, self.num_events = e.id, self.num_events + 1
+        if e.kind == "token":
+            self.draft += e.text
+        elif e.kind == "step" and e.step is not None:
+            self._drop_from(e.step)  # a step rewritten in place replaces the old one
+            row = Row(e.step, e.text.strip())
+            self.rows.append(row)
+            self.live.append(row)
+            self.draft = ""
+        elif e.kind == "verdict" and e.step is not None and e.step < len(self.live):
+            self.live[e.step].verdict = e.verdict
+            self.live[e.step].detail = e.detail
+        elif e.kind == "backtrack" and e.step is not None:
+            # the bad step got its ✗ from a verdict event; steps from `e.step` on are dropped
+            self._drop_from(e.step)
+            self.rows.append(Row(-1, f"backtrack: again from step {e.step + 1}", detail=e.detail))
+            self.draft = ""
+        elif e.kind == "final":
+            self.answer = e.text
+            self.draft = ""
+        elif e.kind == "error":
+            self.error = e.detail or e.text
+
+    @property
+    def num_backtracks(self) -> int:
+        return sum(1 for r in self.rows if r.index < 0)
+
+    def _row(self, row: Row) -> Text:
+        if row.index < 0:
+            line = Text(f"   ↩ {row.text}", style="yellow")
+            if row.detail:
+                line.append(f"  ({row.detail})", style="dim yellow")
+            return line
+        mark, style = MARKS.get(row.verdict or "", PENDING)
+        line = Text(f"{row.index + 1:>3}. ")
+        line.append(row.text, style="strike dim" if row.gone else "")
+        line.append(f" {mark}", style="dim" if row.gone else style)
+        if row.verdict == "contradicted" and row.detail and not row.gone:
+            line.append(f"  {row.detail}", style="dim red")
+        return line
+
+    def __rich__(self) -> Group:
+        head = Text(self.title or "", style="bold")
+        if self.job_id:
+            head.append(f"  [{self.job_id}]", style="dim")
+        lines: list[Text] = [head] if head.plain.strip() else []
+        lines += [self._row(r) for r in self.rows]
+        if self.draft.strip() and self.result is None:
+            tail = self.draft.strip().replace("\n", " ")[-DRAFT_CHARS:]
+            lines.append(Text(f"     … {tail}", style="dim italic"))
+        if self.answer is not None:
+            lines.append(
+                Text.assemble(("Answer: ", "bold"), (self.answer or "(none)", "bold cyan"))
+            )
+        if self.error:
+            lines.append(Text(f"error: {self.error}", style="bold red"))
+        lines.append(self.footer())
+        return Group(*lines)
+
+    def footer(self) -> Text:
+        r = self.result
+        if r is None:
+            n = len(self.live)
+            return Text(f"thinking … {n} step(s), {self.num_events} event(s)", style="dim")
+        b, u = r.budget, r.usage
+        style = "green" if r.status in ("ok", "cached") else "red"
+        text = Text.assemble((r.status, f"bold {style}"), "  ")
+        text.append(
+            f"budget {b.used}/{b.limit} thinking tokens · stop_reason {b.stop_reason} · "
+            f"{u.steps} steps, {u.backtracks} backtracks, {u.completion_tokens} tokens"
+            + (f" · {r.timings.e2e_ms} ms" if r.timings.e2e_ms is not None else ""),
+            style="dim" if r.status in ("ok", "cached") else style,
+        )
+        return text
+
+
+def default_url(env=os.environ) -> str:
+    return env.get("STEPWISE_GATEWAY_URL") or (
+        f"ws://127.0.0.1:{env.get('STEPWISE_GATEWAY_PORT') or 8000}"
+    )
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("problem", nargs="?", help="the problem to solve (omit with --job)")
+    p.add_argument(
+        "--url",
+        default=default_url(),
+        help="the gateway: ws://host:port or http://host:port (default: $STEPWISE_GATEWAY_URL, "
+        "else ws://127.0.0.1:$STEPWISE_GATEWAY_PORT, port 8000)",
+    )
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get("STEPWISE_API_KEY"),
+        help="API key when the gateway has keys on (default: $STEPWISE_API_KEY)",
+    )
+    p.add_argument("--job", default=None, help="follow this job id instead of submitting")
+    p.add_argument("--from-seq", type=int, default=0, help="with --job: start at this event seq")
+    p.add_argument("--id", default=None, help="job id to submit under (default: random)")
+    p.add_argument("--temperature", type=float, default=None, help="default: the pipeline's")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--max-tokens", type=int, default=None, help="cap on generated tokens")
+    p.add_argument(
+        "--verify",
+        choices=("off", "async", "strict"),
+        default=None,
+        help="check each step (async: keep decoding; strict: wait for each verdict)",
+    )
+    p.add_argument(
+        "--tokens", action="store_true", help="also stream the text as it is written (dimmed)"
+    )
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the Result")
+
+
+def job_from_args(args: argparse.Namespace) -> dict:
+    params = {
+        "temperature": args.temperature,
+        "seed": args.seed,
+        "max_tokens": args.max_tokens,
+        "verify": args.verify,
+        "stream": "tokens" if args.tokens else None,
+    }
+    job: dict = {
+        "prompt": args.problem,
+        "params": {k: v for k, v in params.items() if v is not None},
+    }
+    if args.id:
+        job["id"] = args.id
+    return job
+
+
+async def follow(args: argparse.Namespace, view: StreamView, on_item=None) -> schema.Result | None:
+    """Stream the job into `view`; the Result, or None if the stream ended without one."""
+    import asyncio
+
+    from pipeline.client import GatewayClient
+
+    client = GatewayClient(args.url, args.api_key)
+    if args.job:
+        items = client.stream(job_id=args.job, from_seq=args.from_seq)
+    else:
+        items = client.stream(job_from_args(args))
+    async with asyncio.timeout(args.timeout):
+        async for item in items:
+            view.apply(item)
+            if on_item is not None:
+                on_item()
+    return view.result
+
+
+def run(args: argparse.Namespace, console: Console | None = None) -> int:
+    import asyncio
+
+    from rich.live import Live
+
+    from pipeline.errors import StepwiseError
+
+    if not args.problem and not args.job:
+        raise StepwiseError("give a problem, or --job ID to follow a job", code="bad_args")
+    console = console or Console()
+    view = StreamView(args.problem or f"job {args.job}")
+    with Live(view, console=console, refresh_per_second=10, transient=False) as live:
+        try:
+            result = asyncio.run(follow(args, view, live.refresh))
+        except TimeoutError:
+            raise StepwiseError(f"no Result within {args.timeout:g} s", code="timeout") from None
+        except OSError as exc:
+            raise StepwiseError(f"cannot reach {args.url}: {exc}", code="unreachable") from None
+    return 0 if result is not None and result.status in ("ok", "cached") else 1

@@ -34,16 +34,15 @@ def create_app(config: GatewayConfig | None = None) -> FastAPI:
 
     @app.exception_handler(GatewayError)
     async def gateway_error(request: Request, exc: GatewayError) -> JSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-        return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers())
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
         field = ".".join(str(p) for p in first.get("loc", ())[1:]) or None
         message = first.get("msg", "invalid request")
-        body = {"error": {"code": "invalid_request_error", "message": message, "field": field}}
-        return JSONResponse(body, status_code=400)
+        error = GatewayError(message, code="invalid_request_error", status=400, field=field)
+        return JSONResponse(error.body(), status_code=400)
 
     @app.get("/", response_class=HTMLResponse)
     async def page() -> str:

@@ -3,6 +3,7 @@ follow it. Owns the producer, the hub and its Kafka feed."""
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 
@@ -11,23 +12,53 @@ import msgspec
 from pipeline import schema
 from pipeline.bus import BusConfig, Producer
 from pipeline.errors import StepwiseError
-from pipeline.gateway.auth import ApiKeys
+from pipeline.gateway.auth import ApiKeys, redis_keys_name, redis_lookup
 from pipeline.gateway.feed import KafkaFeed
 from pipeline.gateway.hub import Hub, JobLog, Subscription
+from pipeline.gateway.limits import RateLimiter
 from pipeline.gateway.settings import GatewayConfig
 from pipeline.topics import Topics
+
+# OpenAI's error `type` per HTTP status (its clients read `code`, `message`, `type`, `param`).
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    409: "conflict_error",
+    410: "invalid_request_error",
+    429: "rate_limit_error",
+    503: "service_unavailable_error",
+}
 
 
 class GatewayError(StepwiseError):
     """A request the gateway refuses; `status` is the HTTP status (WebSocket: 4000 + status)."""
 
-    def __init__(self, message: str, *, code: str, status: int, field: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str,
+        status: int,
+        field: str | None = None,
+        retry_after_s: float | None = None,
+    ):
         super().__init__(message, code=code)
         self.status = status
         self.field = field
+        self.retry_after_s = retry_after_s
 
     def body(self) -> dict:
-        return {"error": {"code": self.code, "message": str(self), "field": self.field}}
+        kind = ERROR_TYPES.get(self.status, "api_error")
+        error = {"code": self.code, "message": str(self), "type": kind, "param": self.field}
+        return {"error": {**error, "field": self.field}}
+
+    def headers(self) -> dict[str, str] | None:
+        if self.status == 401:
+            return {"WWW-Authenticate": "Bearer"}
+        if self.retry_after_s is not None:  # whole seconds, rounded up (RFC 9110)
+            return {"Retry-After": str(max(1, math.ceil(self.retry_after_s)))}
+        return None
 
 
 def not_found(job_id: str) -> GatewayError:
@@ -55,8 +86,16 @@ def parse_job(body: bytes) -> schema.Job:
 class Gateway:
     def __init__(self, config: GatewayConfig):
         self.config = config
-        self.keys = ApiKeys(config.api_keys)
         self.topics = Topics(config.pipeline.topic_prefix)
+        self.redis = None  # holds API keys when config.api_keys_redis
+        lookup = None
+        if config.api_keys_redis:
+            import redis.asyncio
+
+            self.redis = redis.asyncio.Redis.from_url(config.pipeline.redis, socket_timeout=2)
+            lookup = redis_lookup(self.redis, redis_keys_name(config.pipeline.topic_prefix))
+        self.keys = ApiKeys(config.api_keys, lookup, ttl_s=config.key_cache_ttl_s)
+        self.rates = RateLimiter(config.tenant_rate, config.tenant_rates)
         self.bus = BusConfig(bootstrap_servers=config.pipeline.kafka, client_id="stepwise-gateway")
         self.hub = Hub(config.max_jobs, config.max_events_per_job)
         self.feed = KafkaFeed(self.bus, self.topics, self.hub)
@@ -73,6 +112,8 @@ class Gateway:
         await self.feed.stop()
         if self.producer is not None:
             await self.producer.stop()
+        if self.redis is not None:
+            await self.redis.aclose()
 
     def inflight(self, tenant: str) -> int:
         return sum(
@@ -88,6 +129,16 @@ class Gateway:
         if limit and (log is None or log.tenant is None) and self.inflight(tenant) >= limit:
             raise GatewayError(
                 f"tenant {tenant!r} has {limit} jobs in flight", code="too_many_jobs", status=429
+            )
+        wait_s = self.rates.take(tenant)  # last: only a job that is going out takes a token
+        if wait_s:
+            rate = self.rates.limit_for(tenant)
+            raise GatewayError(
+                f"tenant {tenant!r} is over its rate limit ({rate.rate:g} jobs/s, burst "
+                f"{rate.burst}); retry after {wait_s:.1f} s",
+                code="rate_limited",
+                status=429,
+                retry_after_s=wait_s,
             )
         job = msgspec.structs.replace(
             job, tenant=tenant, created_ms=job.created_ms or int(time.time() * 1000)

@@ -2,24 +2,50 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 
 from pipeline.config import PipelineConfig
+from pipeline.gateway.limits import RateLimit
+
+TRUE = ("1", "true", "yes", "on")
 
 
-def parse_api_keys(spec: str) -> dict[str, str]:
-    """`key1:tenantA,key2:tenantB` -> {key: tenant}; empty -> {} (auth off)."""
-    keys: dict[str, str] = {}
+def _pairs(spec: str, env_name: str, shape: str) -> list[tuple[str, str]]:
+    """`a:x, b:y` -> [("a", "x"), ("b", "y")]; a malformed entry is a ValueError."""
+    pairs = []
     for item in spec.split(","):
         item = item.strip()
         if not item:
             continue
-        key, sep, tenant = item.partition(":")
-        if not sep or not key.strip() or not tenant.strip():
-            raise ValueError(f"STEPWISE_API_KEYS entries are key:tenant, got {item!r}")
-        keys[key.strip()] = tenant.strip()
-    return keys
+        name, sep, value = item.partition(":")
+        if not sep or not name.strip() or not value.strip():
+            raise ValueError(f"{env_name} entries are {shape}, got {item!r}")
+        pairs.append((name.strip(), value.strip()))
+    return pairs
+
+
+def parse_api_keys(spec: str) -> dict[str, str]:
+    """`key1:tenantA,key2:tenantB` -> {key: tenant}; empty -> {} (auth off)."""
+    return dict(_pairs(spec, "STEPWISE_API_KEYS", "key:tenant"))
+
+
+def parse_rate_limits(spec: str) -> dict[str, RateLimit]:
+    """`tenantA:10/20,tenantB:0.5` -> {tenant: RateLimit(jobs/s, burst)}; burst defaults to
+    the rate rounded up (at least 1)."""
+    limits = {}
+    for tenant, value in _pairs(spec, "STEPWISE_TENANT_RATES", "tenant:rate[/burst]"):
+        rate, _, burst = value.partition("/")
+        try:
+            limits[tenant] = rate_limit(float(rate), int(burst) if burst else None)
+        except ValueError:
+            raise ValueError(f"STEPWISE_TENANT_RATES: bad rate for {tenant!r}: {value!r}") from None
+    return limits
+
+
+def rate_limit(rate: float, burst: int | None = None) -> RateLimit:
+    return RateLimit(rate, burst if burst is not None else max(1, math.ceil(rate)))
 
 
 @dataclass(slots=True)
@@ -30,7 +56,11 @@ class GatewayConfig:
     port: int = 8000
     host: str = "0.0.0.0"
     api_keys: dict[str, str] = field(default_factory=dict)  # empty: auth off, tenant "default"
+    api_keys_redis: bool = False  # also accept keys from the Redis hash {prefix}apikeys
+    key_cache_ttl_s: float = 5.0  # Redis-held keys (and unknown keys) are cached this long
     tenant_max_inflight: int = 0  # jobs without a Result per tenant (this gateway); 0: no limit
+    tenant_rate: RateLimit = field(default_factory=RateLimit)  # jobs/s + burst; rate 0: none
+    tenant_rates: dict[str, RateLimit] = field(default_factory=dict)  # per-tenant overrides
     ws_max_queue: int = 1000  # events a WebSocket may fall behind before it is closed
     max_jobs: int = 10_000  # job logs kept in memory (oldest finished ones go first)
     max_events_per_job: int = 10_000  # older events of a longer job are dropped
@@ -44,6 +74,10 @@ class GatewayConfig:
             raise ValueError("ws_max_queue, max_jobs and max_events_per_job must be positive")
         if self.tenant_max_inflight < 0:
             raise ValueError("tenant_max_inflight must be >= 0")
+        if self.key_cache_ttl_s < 0:
+            raise ValueError("key_cache_ttl_s must be >= 0")
+        if self.api_keys_redis and not self.pipeline.redis:
+            raise ValueError("STEPWISE_API_KEYS_REDIS needs STEPWISE_REDIS")
 
     @property
     def model_name(self) -> str:
@@ -52,12 +86,17 @@ class GatewayConfig:
     @classmethod
     def from_env(cls, **overrides: object) -> GatewayConfig:
         env = os.environ.get
+        rate, burst = float(env("STEPWISE_TENANT_RATE") or 0), env("STEPWISE_TENANT_BURST")
         values: dict[str, object] = {
             "pipeline": PipelineConfig.from_env(),
             "port": int(env("STEPWISE_GATEWAY_PORT") or 8000),
             "host": env("STEPWISE_GATEWAY_HOST") or "0.0.0.0",
             "api_keys": parse_api_keys(env("STEPWISE_API_KEYS") or ""),
+            "api_keys_redis": (env("STEPWISE_API_KEYS_REDIS") or "0").lower() in TRUE,
+            "key_cache_ttl_s": float(env("STEPWISE_KEY_CACHE_TTL_S") or 5.0),
             "tenant_max_inflight": int(env("STEPWISE_TENANT_MAX_INFLIGHT") or 0),
+            "tenant_rate": rate_limit(rate, int(burst) if burst else None),
+            "tenant_rates": parse_rate_limits(env("STEPWISE_TENANT_RATES") or ""),
             "ws_max_queue": int(env("STEPWISE_WS_MAX_QUEUE") or 1000),
         }
         values.update(overrides)

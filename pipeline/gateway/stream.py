@@ -1,7 +1,7 @@
 """WebSocket `/v1/stream`: submit or subscribe, then every Event in seq order, then the Result.
 
 Close codes: 1000 done; 4008 slow consumer; 4400 bad request; 4401 bad key; 4404 unknown job;
-4409/4429 as HTTP 409/429; 4410 the asked `from_seq` is no longer kept.
+4409/4429/4503 as HTTP 409/429/503; 4410 the asked `from_seq` is no longer kept.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import msgspec
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
 from pipeline import schema
-from pipeline.gateway.auth import Unauthorized, key_of
+from pipeline.gateway.auth import key_of
+from pipeline.gateway.deps import resolve_tenant
 from pipeline.gateway.hub import EventsUnavailable, SlowConsumer, Subscription
 from pipeline.gateway.service import Gateway, GatewayError, parse_job
 
@@ -79,7 +80,7 @@ async def stream(ws: WebSocket) -> None:
     await ws.accept()
     sub: Subscription | None = None
     try:
-        tenant = gw.keys.tenant_for(key_of(ws))
+        tenant = await resolve_tenant(gw, key_of(ws))
         sub = await _open(ws, gw, tenant)
         pump = asyncio.create_task(_pump(ws, sub, gw.config.final_grace_s))
         dropped = asyncio.create_task(sub.dropped.wait())
@@ -92,8 +93,6 @@ async def stream(ws: WebSocket) -> None:
         dropped.cancel()
         pump.result()
         await _close(ws, 1000)
-    except Unauthorized as exc:
-        await _close(ws, 4401, str(exc))
     except GatewayError as exc:
         with contextlib.suppress(Exception):
             await send(ws, msgspec.json.encode(exc.body()))

@@ -189,7 +189,8 @@ class VerifyWorker:
             reply_stream=stream, sent_ms=0,
         )  # fmt: skip
         tasks.send(req, tasks.make_app(self.redis_url))
-        with redis.Redis.from_url(self.redis_url) as r:
+        # redis-py 8 reads with a 5 s socket timeout by default: longer than a block would be
+        with redis.Redis.from_url(self.redis_url, socket_timeout=timeout_s + 5) as r:
             got = r.xread({stream: "0"}, count=1, block=int(timeout_s * 1000))
             r.delete(stream)
         return schema.decode(got[0][1][0][1][b"v"], schema.VerdictMessage) if got else None

@@ -65,6 +65,8 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 class Engine:
     """A continuous-batching engine over one model, driven one step at a time."""
 
+    can_export_kv = True  # (the StepEngine interface, pipeline/engine/backend.py)
+
     def __init__(self, config: EngineConfig):
         self.config = config
         if config.num_threads:
@@ -113,6 +115,7 @@ class Engine:
             self.block_manager, config.max_num_seqs, config.max_num_batched_tokens
         )
         self.runner = ModelRunner(model, self.kv_cache, config.block_size, self.device)
+        self.runner.capture_cuda_graphs(config.max_num_seqs, self.max_model_len)  # CUDA only
         self.seqs: dict[str, Sequence] = {}
         self.stats = EngineStats()
         self._seed_rng = random.Random(config.seed)
@@ -171,6 +174,18 @@ class Engine:
 
     def has_unfinished(self) -> bool:
         return bool(self.seqs)
+
+    @property
+    def has_schedulable(self) -> bool:
+        return self.scheduler.has_schedulable
+
+    def kv_usage(self) -> tuple[int, int]:
+        """(used, total) KV blocks."""
+        bm = self.block_manager
+        return bm.num_blocks - bm.num_free_blocks, bm.num_blocks
+
+    def close(self) -> None:
+        """Nothing to release (the vLLM backend stops its server here)."""
 
     # -- step-aware control -----------------------------------------------------------------
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from pipeline.decode.driver import ReasoningDriver, reasoning_params
 from pipeline.decode.reasoning import Check, ReasoningConfig
-from pipeline.engine import Engine, Request, SamplingParams
+from pipeline.engine import Request, SamplingParams
+from pipeline.engine.backend import StepEngine
 from pipeline.evals.backends import Completion
 from pipeline.verify.local import LocalVerifier
 
@@ -31,7 +32,7 @@ class VerifiedCompletion(Completion):
 
 
 def generate_verified(
-    engine: Engine,
+    engine: StepEngine,
     prompts: list[str],
     premises: list[tuple[str, ...]],
     params: list[SamplingParams],
@@ -73,7 +74,7 @@ def generate_verified(
             stats["saturated_tokens"] = sum(
                 d.seq.num_output_tokens + d.seq.num_discarded_tokens for d in drivers if d
             )
-        if engine.scheduler.has_schedulable:
+        if engine.has_schedulable:
             engine.step()
         elif inflight:  # every live sequence waits for a verdict
             wait(list(inflight), timeout=config.verdict_timeout_s, return_when=FIRST_COMPLETED)
@@ -88,12 +89,12 @@ def generate_verified(
                 verdict, detail = "unknown", f"checker error: {e!r}"
             send(d, d.verdict(key, verdict, detail, now))
         live = [d for d in live if not d.done]
-        if live and not engine.scheduler.has_schedulable and not inflight:
+        if live and not engine.has_schedulable and not inflight:
             raise RuntimeError(f"{len(live)} sequences stalled: paused with no check in flight")
     return [_completion(engine, d) for d in drivers]
 
 
-def _completion(engine: Engine, d: ReasoningDriver | None) -> VerifiedCompletion:
+def _completion(engine: StepEngine, d: ReasoningDriver | None) -> VerifiedCompletion:
     if d is None:
         return VerifiedCompletion("", 0, "prompt_too_long")
     seq, r = d.seq, d.reasoner

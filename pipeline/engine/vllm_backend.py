@@ -1,0 +1,340 @@
+"""The vLLM backend: the native Engine's step-wise API on a vLLM OpenAI server.
+
+Each sequence keeps the native `Sequence` bookkeeping here (token ids, step ends, held finish,
+discarded tokens), so the reasoning driver cannot tell the engines apart. vLLM generates one
+step at a time: a sequence that may run is submitted as a streamed completion of its whole
+token list, stopping at the step delimiter's tokens; vLLM's prefix cache (32-token blocks)
+makes every resubmission a cache hit up to the last full block. Control is by resubmission:
+
+* pause: the stream is closed and nothing is resubmitted until `resume`;
+* rollback (backtrack): the tokens are cut here and the prefix is resubmitted with a new seed;
+* budget forcing: the answer cue is appended here, the next submission starts after it;
+* early-exit probe: a second sequence on prefix + cue (a prefix-cache hit, too).
+
+The sampling seed of a submission is derived from the sequence's seed and its length, so a
+sequence rolled back to a step start with the same seed resamples the same step.
+No KV crosses processes: `can_export_kv` is False, prefill hands off without KV, and decode
+re-prefills from token ids, which on a shared server is a prefix-cache hit.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Sequence as Seq
+from pathlib import Path
+
+from pipeline.config import EngineConfig
+from pipeline.engine.engine import Engine, EngineStats
+from pipeline.engine.model_config import ModelConfig
+from pipeline.engine.outputs import Request, RequestOutput, TokenOutput
+from pipeline.engine.sampling_params import SamplingParams
+from pipeline.engine.sequence import Sequence, SequenceStatus
+from pipeline.engine.tokenizer import StepBoundaryDetector, Tokenizer
+from pipeline.engine.vllm_server import (
+    CompletionStreams,
+    VLLMServer,
+    VLLMServerConfig,
+    served_model,
+)
+from pipeline.errors import InvalidRequestError, PromptTooLongError
+
+log = logging.getLogger(__name__)
+_MASK63 = (1 << 63) - 1
+_LIVE = (SequenceStatus.WAITING, SequenceStatus.RUNNING)
+
+
+def submission_seed(seed: int, num_tokens: int) -> int:
+    """vLLM's per-request seed for a step that starts after `num_tokens` tokens (splitmix64)."""
+    x = (seed * 0x9E3779B97F4A7C15 + num_tokens + 1) & ((1 << 64) - 1)
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & ((1 << 64) - 1)
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & ((1 << 64) - 1)
+    return (x ^ (x >> 31)) & _MASK63
+
+
+class VLLMEngine:
+    """The Engine API (add / step / pause / resume / rollback / append_tokens / finish / abort)
+    over a vLLM server. `url`: a running one; empty: start one and own it."""
+
+    can_export_kv = False
+    # Sequence lookups and text in and out are the native engine's own (no KV involved).
+    encode_prompt = Engine.encode_prompt
+    _get = Engine._get
+    num_unfinished = Engine.num_unfinished
+    has_unfinished = Engine.has_unfinished
+    request_output = Engine.request_output
+
+    def __init__(self, config: EngineConfig, url: str = "", streams=None, log_path=None) -> None:
+        self.config = config
+        path = Path(config.model)
+        self.model_config = mc = ModelConfig.from_dir(path)
+        self.tokenizer = Tokenizer(path)
+        self.eos_token_ids = frozenset(set(mc.eos_token_ids) | self.tokenizer.eos_token_ids)
+        self.step_detector = StepBoundaryDetector(
+            self.tokenizer.token_texts(), config.step_delimiter
+        )
+        self.server: VLLMServer | None = None
+        limit = mc.max_position_embeddings
+        if streams is None:  # a real server (tests of the logic pass a fake `streams`)
+            if not url:
+                dtype = "float32" if config.dtype == "auto" else config.dtype
+                server_config = VLLMServerConfig(
+                    str(path), dtype=dtype, max_num_seqs=config.max_num_seqs,
+                    max_model_len=config.max_model_len, seed=config.seed,
+                )  # fmt: skip
+                self.server = VLLMServer(server_config, log_path).start()
+                url = self.server.url
+            self.model_name, served_len = served_model(url)
+            limit = min(limit, served_len or limit)
+            streams = CompletionStreams(url)
+        else:
+            self.model_name = "stepwise"
+        self.url = url
+        self.streams = streams
+        self.max_model_len = min(config.max_model_len or limit, limit)
+        self.seqs: dict[str, Sequence] = {}
+        self.live: dict[str, str] = {}  # request id -> its submission in flight
+        self.owner: dict[str, str] = {}  # submission -> request id
+        self.stats = EngineStats()
+        self.num_submissions = 0
+        self.num_resubmitted_tokens = 0  # prompt tokens sent again (prefix-cache hits, mostly)
+        self._seed_rng = random.Random(config.seed)
+        self._arrivals = 0
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def add(self, request: Request) -> Sequence:
+        if request.request_id in self.seqs:
+            raise InvalidRequestError(f"request {request.request_id!r} is already in the engine")
+        ids = request.prompt_token_ids
+        if not ids:
+            raise InvalidRequestError("the prompt is empty")
+        if min(ids) < 0 or max(ids) >= self.model_config.vocab_size:
+            raise InvalidRequestError(
+                f"prompt token ids must lie in [0, {self.model_config.vocab_size})"
+            )
+        if len(ids) >= self.max_model_len:
+            raise PromptTooLongError(
+                f"prompt has {len(ids)} tokens; this model's context is {self.max_model_len}"
+            )
+        p = request.params
+        seed = p.seed if p.seed is not None else self._seed_rng.getrandbits(63)
+        self._arrivals += 1
+        seq = Sequence(request.request_id, list(ids), p, seed, self._arrivals)
+        self.seqs[seq.request_id] = seq
+        return seq
+
+    @property
+    def has_schedulable(self) -> bool:
+        return any(s.status in _LIVE for s in self.seqs.values())
+
+    def kv_usage(self) -> tuple[int, int]:
+        """(used, total) KV blocks: vLLM's pool is the server's, not seen from here."""
+        return 0, 0
+
+    # -- step-aware control (vLLM: by resubmission) -------------------------------------------
+
+    def _drop_submission(self, request_id: str) -> None:
+        if (sub := self.live.pop(request_id, None)) is not None:
+            self.owner.pop(sub, None)
+            self.streams.cancel(sub)
+
+    def pause(self, request_id: str) -> None:
+        seq = self._get(request_id)
+        self._drop_submission(request_id)
+        seq.status = SequenceStatus.PAUSED
+
+    def resume(self, request_id: str) -> None:
+        seq = self._get(request_id)
+        if seq.status is SequenceStatus.PAUSED:
+            seq.status = SequenceStatus.RUNNING
+
+    def rollback(self, request_id: str, num_tokens: int, seed: int | None = None) -> None:
+        seq = self._get(request_id)
+        if not seq.num_prompt_tokens <= num_tokens <= seq.num_tokens:
+            raise InvalidRequestError(
+                f"rollback position {num_tokens} is outside "
+                f"[{seq.num_prompt_tokens}, {seq.num_tokens}]"
+            )
+        self._drop_submission(request_id)
+        seq.num_discarded_tokens += seq.num_tokens - num_tokens
+        seq.truncate(num_tokens)
+        seq.pending_finish = None
+        if seed is not None:
+            seq.seed = seed
+
+    def append_tokens(self, request_id: str, token_ids: list[int]) -> None:
+        seq = self._get(request_id)
+        if any(not 0 <= t < self.model_config.vocab_size for t in token_ids):
+            raise InvalidRequestError(f"token ids must lie in [0, {self.model_config.vocab_size})")
+        if seq.num_tokens + len(token_ids) >= self.max_model_len:
+            raise InvalidRequestError("appending these tokens would fill the context")
+        self._drop_submission(request_id)  # what is in flight continues the old tokens
+        for t in token_ids:
+            seq.token_ids.append(t)
+            ends, seq.step_tail = self.step_detector.feed(seq.step_tail, t)
+            if ends:
+                seq.step_ends.append(seq.num_tokens)
+        seq.pending_finish = None
+
+    def finish(self, request_id: str, reason: str | None = None) -> Sequence:
+        seq = self._get(request_id)
+        self._end(seq, reason or seq.pending_finish or "stop")
+        seq.pending_finish = None
+        return seq
+
+    def abort(self, request_id: str) -> None:
+        if (seq := self.seqs.get(request_id)) is not None:
+            self._end(seq, "abort")
+
+    def _end(self, seq: Sequence, reason: str) -> None:
+        self._drop_submission(seq.request_id)
+        seq.status = SequenceStatus.FINISHED
+        seq.finish_reason = reason
+        del self.seqs[seq.request_id]
+
+    # -- the step -----------------------------------------------------------------------------
+
+    def step(self, timeout_s: float = 0.2) -> list[TokenOutput]:
+        """Submit every runnable sequence that has no step in flight, then return the tokens
+        that arrived (waiting up to `timeout_s` for the first)."""
+        t0 = time.perf_counter()
+        outputs: list[TokenOutput] = []
+        for seq in list(self.seqs.values()):
+            if seq.status in _LIVE and seq.request_id not in self.live:
+                self._submit(seq)
+        wait = timeout_s if self.live else 0.0
+        for d in self.streams.poll(wait):
+            rid = self.owner.get(d.sub_id)
+            seq = self.seqs.get(rid) if rid is not None else None
+            if seq is None or self.live.get(rid) != d.sub_id:
+                continue  # a step abandoned by pause / rollback / finish
+            if d.error is not None:
+                log.error("%s: vLLM failed: %s", rid, d.error)
+                self._end(seq, "error")
+                continue
+            for token, logprob in zip(d.token_ids, d.logprobs, strict=False):
+                out = self._append_token(seq, token, logprob)
+                outputs.append(out)
+                if out.finished or out.paused:
+                    break
+            if d.done and self.live.get(rid) == d.sub_id:
+                # The step ended (delimiter, EOS or its token limit): resubmit next time.
+                del self.live[rid]
+                self.owner.pop(d.sub_id, None)
+        self.stats.num_steps += 1
+        self.stats.num_generated_tokens += len(outputs)
+        self.stats.step_s += time.perf_counter() - t0
+        return outputs
+
+    def _remaining(self, seq: Sequence) -> int:
+        p = seq.params
+        spent = seq.num_output_tokens + (seq.num_discarded_tokens if p.charge_rollbacks else 0)
+        return min(p.max_tokens - spent, self.max_model_len - seq.num_tokens)
+
+    def _submit(self, seq: Sequence) -> None:
+        """Send the sequence's next step to vLLM; a sequence with no room left ends instead
+        (an appended answer cue can use up the last of the budget)."""
+        n = self._remaining(seq)
+        if n <= 0:
+            if seq.params.pause_on_finish:
+                seq.pending_finish = "length"
+                seq.status = SequenceStatus.PAUSED
+            else:
+                self._end(seq, "length")
+            return
+        p = seq.params
+        stop = set(self.step_detector.delimiter_tokens) | set(p.stop_token_ids)
+        if not p.ignore_eos:
+            stop |= self.eos_token_ids
+        self.num_submissions += 1
+        sub = f"{seq.request_id}#{self.num_submissions}"
+        body = {
+            "model": self.model_name,
+            "prompt": seq.token_ids,
+            "max_tokens": n,
+            "temperature": p.temperature,
+            "top_p": p.top_p,
+            "top_k": p.top_k,
+            "min_p": p.min_p,
+            "seed": submission_seed(seq.seed, seq.num_tokens),
+            "stop_token_ids": sorted(stop),
+            "ignore_eos": True,  # EOS is in stop_token_ids unless the request ignores it
+            "skip_special_tokens": False,
+            "logprobs": 0,
+            "return_tokens_as_token_ids": True,
+            "return_token_ids": True,
+            "stream": True,
+        }
+        self.num_resubmitted_tokens += seq.num_tokens if seq.num_output_tokens else 0
+        seq.status = SequenceStatus.RUNNING
+        self.live[seq.request_id] = sub
+        self.owner[sub] = seq.request_id
+        self.streams.submit(sub, body)
+
+    def _append_token(self, seq: Sequence, token: int, logprob: float) -> TokenOutput:
+        seq.token_ids.append(token)
+        seq.cumulative_logprob += logprob
+        ends_step, seq.step_tail = self.step_detector.feed(seq.step_tail, token)
+        if ends_step:
+            seq.step_ends.append(seq.num_tokens)
+        p = seq.params
+        reason = None
+        if (not p.ignore_eos and token in self.eos_token_ids) or token in p.stop_token_ids:
+            reason = "stop"
+        elif self._remaining(seq) <= 0:
+            reason = "length"
+        if reason is None and ends_step and p.pause_on_step_end:
+            self.pause(seq.request_id)
+        if reason is None:
+            return self._output(seq, token, logprob, ends_step, False, None)
+        return self._stop(seq, reason, ends_step, token, logprob)
+
+    def _stop(
+        self, seq: Sequence, reason: str, ends_step: bool, token: int, logprob: float
+    ) -> TokenOutput:
+        """A finish: held (paused, `pending_finish`) or final."""
+        if seq.params.pause_on_finish:
+            seq.pending_finish = reason
+            self.pause(seq.request_id)
+            return self._output(seq, token, logprob, ends_step, False, reason)
+        self._end(seq, reason)
+        return self._output(seq, token, logprob, ends_step, True, reason)
+
+    def _output(self, seq, token, logprob, ends_step, finished, reason) -> TokenOutput:
+        paused = seq.status is SequenceStatus.PAUSED
+        position = seq.num_tokens - 1
+        # vLLM returns no entropy: 0.0 (the driver does not read it).
+        return TokenOutput(
+            seq.request_id, token, position, logprob, 0.0, ends_step, seq.num_steps,
+            finished, reason, paused,
+        )  # fmt: skip
+
+    # -- batch use ----------------------------------------------------------------------------
+
+    def generate(
+        self,
+        prompts: Seq[str] | Seq[list[int]],
+        params: SamplingParams | Seq[SamplingParams] | None = None,
+        use_tqdm: bool = False,
+    ) -> list[RequestOutput]:
+        if params is None or isinstance(params, SamplingParams):
+            params = [params or SamplingParams()] * len(prompts)
+        seqs = []
+        for i, (prompt, p) in enumerate(zip(prompts, params, strict=True)):
+            ids = self.encode_prompt(prompt) if isinstance(prompt, str) else list(prompt)
+            seqs.append(self.add(Request(f"generate-{self._arrivals}-{i}", ids, p)))
+        while any(not s.is_finished for s in seqs):
+            if not self.has_schedulable:
+                raise InvalidRequestError("only paused sequences left: resume them first")
+            self.step()
+        return [self.request_output(s) for s in seqs]
+
+    def close(self) -> None:
+        for rid in list(self.live):
+            self._drop_submission(rid)
+        self.streams.close()
+        if self.server is not None:
+            self.server.stop()
+            self.server = None

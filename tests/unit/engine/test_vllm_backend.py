@@ -1,0 +1,168 @@
+"""The vLLM backend's bookkeeping, with a scripted stand-in for the server (no vLLM here).
+
+Step splitting (one submission per step, resubmitted with the whole prefix), pause, rollback
+with a new seed, held finishes, budgets charged for discarded tokens, appended tokens, and
+deltas of abandoned submissions ignored.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.config import EngineConfig
+from pipeline.engine import Request, SamplingParams
+from pipeline.engine.prepare import resolve_model
+from pipeline.engine.sequence import SequenceStatus
+from pipeline.engine.vllm_backend import VLLMEngine, submission_seed
+from pipeline.engine.vllm_server import Delta
+
+
+class FakeStreams:
+    """Records submissions and cancellations; the test decides what comes back."""
+
+    def __init__(self) -> None:
+        self.bodies: dict[str, dict] = {}
+        self.cancelled: list[str] = []
+        self.pending: list[Delta] = []
+
+    def submit(self, sub_id: str, body: dict) -> None:
+        self.bodies[sub_id] = body
+
+    def cancel(self, sub_id: str) -> None:
+        self.cancelled.append(sub_id)
+
+    def poll(self, timeout: float) -> list[Delta]:
+        out, self.pending = self.pending, []
+        return out
+
+    def close(self) -> None:
+        pass
+
+    @property
+    def last(self) -> tuple[str, dict]:
+        return list(self.bodies.items())[-1]
+
+    def send(self, text_ids: list[int], done: bool = False, finish: str | None = None) -> None:
+        sub, _ = self.last
+        self.pending.append(Delta(sub, text_ids, [-0.5] * len(text_ids), finish, done))
+
+
+@pytest.fixture(scope="module")
+def model_path() -> str:
+    return str(resolve_model("tiny-reasoner"))
+
+
+@pytest.fixture
+def engine(model_path):
+    return VLLMEngine(EngineConfig(model=model_path, dtype="float32"), streams=FakeStreams())
+
+
+def ids(engine: VLLMEngine, text: str) -> list[int]:
+    return engine.tokenizer.encode(text, add_special_tokens=False)
+
+
+def start(engine: VLLMEngine, **params) -> tuple[str, list[int]]:
+    prompt = ids(engine, "Q: What is 2 + 3?\n")
+    engine.add(Request("r", prompt, SamplingParams(seed=7, **params)))
+    engine.step()
+    return "r", prompt
+
+
+def test_a_step_is_one_submission_and_the_next_resubmits_the_whole_prefix(engine):
+    rid, prompt = start(engine, max_tokens=50)
+    sub, body = engine.streams.last
+    assert body["prompt"] == prompt and body["stream"] and body["max_tokens"] == 50
+    assert set(engine.step_detector.delimiter_tokens) <= set(body["stop_token_ids"])
+    assert body["seed"] == submission_seed(7, len(prompt))
+    step = ids(engine, "2 + 3 = 5\n")
+    engine.streams.send(step[:3])
+    engine.streams.send(step[3:], done=True, finish="stop")
+    outs = engine.step()
+    seq = engine.seqs[rid]
+    assert [o.token_id for o in outs] == step and outs[-1].ends_step
+    assert seq.step_ends == [len(prompt) + len(step)] and seq.cumulative_logprob < 0
+    engine.step()  # the finished step's sequence is submitted again, prefix and all
+    sub2, body2 = engine.streams.last
+    assert sub2 != sub and body2["prompt"] == prompt + step
+    assert body2["max_tokens"] == 50 - len(step)
+    assert body2["seed"] == submission_seed(7, len(prompt) + len(step))
+
+
+def test_pause_at_step_end_drops_the_tokens_after_it_and_resume_resubmits(engine):
+    rid, prompt = start(engine, max_tokens=50, pause_on_step_end=True)
+    sub, _ = engine.streams.last
+    step = ids(engine, "2 + 3 = 5\n")
+    engine.streams.send([*step, *ids(engine, "Ans")])  # vLLM ran past the stop (it won't, but)
+    outs = engine.step()
+    seq = engine.seqs[rid]
+    assert outs[-1].paused and seq.status is SequenceStatus.PAUSED
+    assert seq.output_token_ids == step and sub in engine.streams.cancelled
+    assert not engine.has_schedulable
+    n = len(engine.streams.bodies)
+    engine.step()
+    assert len(engine.streams.bodies) == n  # paused: nothing resubmitted
+    engine.resume(rid)
+    engine.step()
+    assert engine.streams.last[1]["prompt"] == prompt + step
+
+
+def test_rollback_discards_resubmits_with_the_new_seed_and_ignores_stale_tokens(engine):
+    rid, prompt = start(engine, max_tokens=40, charge_rollbacks=True)
+    first = ids(engine, "2 + 3 = 6\n")
+    engine.streams.send(first, done=True, finish="stop")
+    engine.step()
+    engine.step()  # the next step is in flight
+    stale, _ = engine.streams.last
+    engine.rollback(rid, len(prompt), seed=99)
+    seq = engine.seqs[rid]
+    assert seq.num_tokens == len(prompt) and seq.num_discarded_tokens == len(first)
+    assert seq.step_ends == [] and stale in engine.streams.cancelled
+    engine.streams.pending.append(Delta(stale, ids(engine, "9"), [0.0]))  # arrives late
+    engine.step()
+    assert seq.num_tokens == len(prompt)  # the late token of the abandoned step is ignored
+    body = engine.streams.last[1]
+    assert body["prompt"] == prompt and body["seed"] == submission_seed(99, len(prompt))
+    assert body["max_tokens"] == 40 - len(first)  # discarded tokens were paid for
+
+
+def test_a_held_finish_pauses_until_finish_is_called(engine):
+    rid, prompt = start(engine, max_tokens=50, pause_on_finish=True)
+    eos = min(engine.eos_token_ids)
+    engine.streams.send([*ids(engine, "Answer: 5"), eos], done=True, finish="stop")
+    outs = engine.step()
+    seq = engine.seqs[rid]
+    assert outs[-1].finish_reason == "stop" and not outs[-1].finished and outs[-1].paused
+    assert seq.pending_finish == "stop" and not seq.is_finished
+    engine.finish(rid)
+    assert seq.is_finished and seq.finish_reason == "stop" and rid not in engine.seqs
+
+
+def test_the_budget_ends_a_sequence_at_length(engine):
+    rid, _ = start(engine, max_tokens=4)
+    engine.streams.send(ids(engine, "2 + 3"), done=True, finish="length")
+    outs = engine.step()
+    assert outs[-1].finished and outs[-1].finish_reason == "length"
+    assert len(outs) == 4 and rid not in engine.seqs  # tokens past the budget are not kept
+
+
+def test_appended_tokens_cancel_the_step_in_flight_and_lead_the_next_one(engine):
+    rid, prompt = start(engine, max_tokens=50)
+    sub, _ = engine.streams.last
+    cue = ids(engine, "Answer:")
+    engine.append_tokens(rid, cue)
+    assert sub in engine.streams.cancelled
+    engine.step()
+    assert engine.streams.last[1]["prompt"] == prompt + cue
+
+
+def test_a_server_error_ends_the_sequence_and_abort_cancels(engine):
+    rid, _ = start(engine, max_tokens=50)
+    sub, _ = engine.streams.last
+    engine.streams.pending.append(Delta(sub, [], [], done=True, error="connection refused"))
+    engine.step()
+    assert rid not in engine.seqs
+    engine.add(Request("b", ids(engine, "Q: 1 + 1?\n"), SamplingParams()))
+    engine.step()
+    sub_b, _ = engine.streams.last
+    engine.abort("b")
+    assert sub_b in engine.streams.cancelled and not engine.has_unfinished()

@@ -21,6 +21,16 @@ def _add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
 
 
+def _add_engine_choice(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--engine",
+        choices=["native", "vllm"],
+        default=None,
+        help="prefill/decode engine (default STEPWISE_ENGINE or native); vllm: a vLLM server "
+        "at STEPWISE_VLLM_URL, else one is started (docs/vllm.md)",
+    )
+
+
 def _engine_from_args(args: argparse.Namespace):
     from pipeline.config import EngineConfig
     from pipeline.engine import Engine
@@ -106,9 +116,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
     module, _, cls = WORKER_CLASSES[args.name].partition(":")
     worker_cls = getattr(importlib.import_module(module), cls)
 
+    overrides = {"engine": args.engine} if args.engine else {}
+
     async def serve() -> None:
         # aiokafka clients must be created inside the running event loop.
-        await worker_cls(PipelineConfig.from_env()).run(install_signals=True)
+        await worker_cls(PipelineConfig.from_env(**overrides)).run(install_signals=True)
 
     asyncio.run(serve())
     return 0
@@ -120,7 +132,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     from pipeline.config import PipelineConfig
     from pipeline.stack import Stack
 
-    config = PipelineConfig.from_env(model=args.model)
+    engine = {"engine": args.engine} if args.engine else {}
+    config = PipelineConfig.from_env(model=args.model, **engine)
     stack = Stack(config, log_dir=args.log_dir)
     print("starting services and workers ...", flush=True)
     with stack:
@@ -270,6 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="verify: checker processes (default STEPWISE_VERIFY_CONCURRENCY or 1)",
     )
+    _add_engine_choice(w)
     w.set_defaults(func=cmd_worker)
 
     u = sub.add_parser(
@@ -280,6 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     u.add_argument("--model", default="tiny-reasoner")
     u.add_argument("--log-dir", default=None, help="write worker and service logs here")
+    _add_engine_choice(u)
     u.set_defaults(func=cmd_up)
 
     s = sub.add_parser(

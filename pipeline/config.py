@@ -75,12 +75,16 @@ class PipelineConfig:
     verdict_timeout_s: float = 10.0  # decode: a step whose verdict is this late is `unknown`
     max_retries: int = 8  # decode: resamples of a contradicted step (then the step before it)
     max_backtracks: int = 32  # decode: per job, then it finishes as unverified
+    engine: str = "native"  # native | vllm (prefill and decode; docs/vllm.md)
+    vllm_url: str = ""  # engine vllm: a running vLLM OpenAI server; empty: each worker starts one
 
     def __post_init__(self) -> None:
         if self.kv_transport not in ("shm", "cuda_ipc"):
             raise ValueError(f"kv_transport must be shm or cuda_ipc, got {self.kv_transport!r}")
         if self.export_pool_mb < 1 or self.max_prefill_batch < 1 or self.max_decode_seqs < 1:
             raise ValueError("pool size and batch sizes must be positive")
+        if self.engine not in ("native", "vllm"):
+            raise ValueError(f"engine must be native or vllm, got {self.engine!r}")
 
     @classmethod
     def from_env(cls, **overrides: object) -> PipelineConfig:
@@ -99,6 +103,8 @@ class PipelineConfig:
             "verdict_timeout_s": float(_env("VERDICT_TIMEOUT_S", str(base.verdict_timeout_s))),
             "max_retries": int(_env("MAX_RETRIES", str(base.max_retries))),
             "max_backtracks": int(_env("MAX_BACKTRACKS", str(base.max_backtracks))),
+            "engine": _env("ENGINE", base.engine),
+            "vllm_url": _env("VLLM_URL", base.vllm_url),
         }
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]

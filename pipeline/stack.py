@@ -26,6 +26,7 @@ class Stack:
         self.procs: dict[str, subprocess.Popen] = {}
         self.log_dir = Path(log_dir) if log_dir else None
         self.gateway_port = int(os.environ.get("STEPWISE_GATEWAY_PORT") or 8000)
+        self.vllm = None  # engine vllm without a URL: one server, shared by prefill and decode
 
     @property
     def env(self) -> dict[str, str]:
@@ -37,10 +38,14 @@ class Stack:
             "STEPWISE_MODEL": self.config.model,
             "STEPWISE_DTYPE": self.config.dtype,
             "STEPWISE_GATEWAY_PORT": str(self.gateway_port),
+            "STEPWISE_ENGINE": self.config.engine,
+            "STEPWISE_VLLM_URL": self.config.vllm_url,
         }
 
     def start(self) -> None:
         self.services.start()
+        if self.config.engine == "vllm" and not self.config.vllm_url:
+            self.start_vllm()
         import asyncio
 
         topics = Topics(self.config.topic_prefix)
@@ -48,6 +53,17 @@ class Stack:
         asyncio.run(create_topics(self.services.bootstrap_servers, list(parts), parts))
         for name in self.workers:
             self.start_worker(name)
+
+    def start_vllm(self) -> None:
+        """One vLLM server for the stack (prefill warms its prefix cache, decode hits it)."""
+        from pipeline.engine.prepare import resolve_model
+        from pipeline.engine.vllm_server import VLLMServer, VLLMServerConfig
+
+        dtype = "float32" if self.config.dtype == "auto" else self.config.dtype
+        log = self.log_dir / "vllm.log" if self.log_dir else None
+        server_config = VLLMServerConfig(str(resolve_model(self.config.model)), dtype=dtype)
+        self.vllm = VLLMServer(server_config, log).start()
+        self.config.vllm_url = self.vllm.url
 
     def start_worker(self, name: str) -> subprocess.Popen:
         out = None
@@ -65,6 +81,8 @@ class Stack:
 
     def describe(self) -> list[str]:
         lines = self.services.describe()
+        if self.config.engine == "vllm":
+            lines.append(f"engine   vllm at {self.config.vllm_url}")
         where = f", log {self.log_dir}/<name>.log" if self.log_dir else ""
         lines += [f"worker {n:<8} pid {p.pid}{where}" for n, p in self.procs.items()]
         if "gateway" in self.procs:
@@ -85,6 +103,8 @@ class Stack:
                 print(f"worker {name} did not stop in {timeout:.0f} s: killed", file=sys.stderr)
                 proc.kill()
                 proc.wait(10)
+        if self.vllm is not None:
+            self.vllm.stop()
         self.services.stop()
 
     def __enter__(self) -> Stack:

@@ -25,7 +25,7 @@ from pipeline import schema, services, telemetry
 from pipeline.budget import BudgetReader
 from pipeline.bus import Ack, BusConfig, ConsumeLoop, Producer
 from pipeline.config import EngineConfig, PipelineConfig
-from pipeline.engine import Engine
+from pipeline.engine.backend import StepEngine, make_engine
 from pipeline.engine.prepare import resolve_model
 from pipeline.errors import StepwiseError
 from pipeline.jobstate import JobState
@@ -194,11 +194,13 @@ class EngineStageWorker(StageWorker):
     own, so steps never block the event loop (and its group heartbeats); every engine call goes
     through `in_engine`."""
 
-    async def start_engine(self, max_num_seqs: int) -> Engine:
+    async def start_engine(self, max_num_seqs: int) -> StepEngine:
+        """The native engine, or the vLLM backend (`config.engine`) on `config.vllm_url`."""
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.stage}-engine")
         path = resolve_model(self.config.model)
         config = EngineConfig(model=str(path), dtype=self.config.dtype, max_num_seqs=max_num_seqs)
-        self.engine: Engine = await self.in_engine(Engine, config)
+        c = self.config
+        self.engine: StepEngine = await self.in_engine(make_engine, config, c.engine, c.vllm_url)
         return self.engine
 
     async def in_engine(self, fn, *args):
@@ -208,3 +210,5 @@ class EngineStageWorker(StageWorker):
         executor = getattr(self, "executor", None)
         if executor is not None:
             executor.shutdown(wait=True)
+        if (engine := getattr(self, "engine", None)) is not None:
+            engine.close()  # the vLLM backend stops a server it started

@@ -89,13 +89,15 @@ class DecodeWorker(EngineStageWorker):
 
     async def report_metrics(self) -> None:
         await super().report_metrics()
-        bm = self.engine.block_manager
-        telemetry.set_kv_usage(bm.num_blocks - bm.num_free_blocks, bm.num_blocks)
+        used, total = self.engine.kv_usage()
+        if total:  # vLLM's pool lives in its server (its own /metrics shows it)
+            telemetry.set_kv_usage(used, total)
         telemetry.set_inflight(len(self.runs))
 
     def should_pause(self) -> bool:
         busy = len(self.runs) + self.inbox.qsize() >= self.config.max_decode_seqs
-        return busy or self.engine.block_manager.usage > 0.9
+        used, total = self.engine.kv_usage()
+        return busy or (total > 0 and used > 0.9 * total)
 
     async def handle(self, record: ConsumerRecord, ack: Ack) -> None:
         handoff = schema.decode(record.value or b"", schema.Handoff)
@@ -131,7 +133,7 @@ class DecodeWorker(EngineStageWorker):
         )
         kv_ack = None
         seq = None
-        if h.kv is not None:
+        if h.kv is not None and engine.can_export_kv:
             try:
                 seq, kv_ack = self._import(h, params), (h.kv.owner, h.kv.handle)
             except (TransferExpiredError, StepwiseError) as e:
@@ -205,7 +207,7 @@ class DecodeWorker(EngineStageWorker):
             self.runs[h.id] = (run, ack)
             if kv_ack:
                 kv_acks.append(kv_ack)
-        if engine.scheduler.has_schedulable:
+        if engine.has_schedulable:
             telemetry.add_generated_tokens(len(engine.step()))
         t, now_s = now_ms(), time.monotonic()
 
@@ -256,7 +258,7 @@ class DecodeWorker(EngineStageWorker):
                     new.append(await asyncio.wait_for(self.inbox.get(), timeout=0.1))
                 except TimeoutError:
                     continue
-            elif not new and not self.verdicts and not self.engine.scheduler.has_schedulable:
+            elif not new and not self.verdicts and not self.engine.has_schedulable:
                 # Every sequence waits for a verdict: sleep until one arrives (or time passes,
                 # so verdict timeouts fire).
                 self.verdict_arrived.clear()

@@ -21,14 +21,26 @@ class Backend(Protocol):
 
 
 class EngineBackend:
-    """The native engine, driven directly (no Kafka); one request per prompt, seeded each."""
+    """A step engine (native, or vLLM through pipeline/engine/vllm_backend.py), driven directly
+    (no Kafka); one request per prompt, seeded each."""
 
-    name = "native"
+    def __init__(
+        self,
+        model: str | Path,
+        dtype: str = "float32",
+        device: str = "cpu",
+        kind: str = "native",
+        vllm_url: str = "",
+    ) -> None:
+        from pipeline.engine import EngineConfig
+        from pipeline.engine.backend import make_engine
 
-    def __init__(self, model: str | Path, dtype: str = "float32", device: str = "cpu") -> None:
-        from pipeline.engine import Engine, EngineConfig
+        self.name = kind
+        config = EngineConfig(model=str(model), dtype=dtype, device=device)
+        self.engine = make_engine(config, kind, vllm_url)
 
-        self.engine = Engine(EngineConfig(model=str(model), dtype=dtype, device=device))
+    def close(self) -> None:
+        self.engine.close()
 
     def generate(
         self, prompts: list[str], temperature: float, max_tokens: int, seeds: list[int]
@@ -118,9 +130,11 @@ class HFBackend:
         return comps
 
 
-def make_backend(name: str, model: str | Path, dtype: str = "float32") -> Backend:
-    if name == "native":
-        return EngineBackend(model, dtype)
+def make_backend(
+    name: str, model: str | Path, dtype: str = "float32", vllm_url: str = ""
+) -> Backend:
+    if name in ("native", "vllm"):
+        return EngineBackend(model, dtype, kind=name, vllm_url=vllm_url)
     if name == "hf":
         return HFBackend(model, dtype)
-    raise ValueError(f"unknown engine {name!r}; use native or hf")
+    raise ValueError(f"unknown engine {name!r}; use native, vllm or hf")

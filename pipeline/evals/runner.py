@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from collections import Counter, defaultdict
@@ -71,7 +72,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--out", default=None, help="write the JSON report here")
     parser.add_argument("--batch-size", type=int, default=64, help="prompts per engine call")
-    parser.add_argument("--engine", choices=("native", "hf"), default="native")
+    parser.add_argument(
+        "--engine",
+        choices=("native", "vllm", "hf"),
+        default="native",
+        help="vllm: a vLLM server (STEPWISE_VLLM_URL or --vllm-url, else one is started)",
+    )
+    parser.add_argument("--vllm-url", default=None, help="a running vLLM OpenAI server")
     parser.add_argument(
         "--keep-completions", action="store_true", help="put every completion in the JSON"
     )
@@ -115,7 +122,8 @@ def evaluate(args: argparse.Namespace) -> dict:
     problems: list[Problem] = []
     for name in names:
         problems.extend(task_registry.load_problems(name, args.n, args.seed, args.level))
-    backend = make_backend(args.engine, args.model, args.dtype)
+    vllm_url = getattr(args, "vllm_url", None) or os.environ.get("STEPWISE_VLLM_URL", "")
+    backend = make_backend(args.engine, args.model, args.dtype, vllm_url)
     prompts = [format_prompt(p) for p in problems]
     # Per-request sampling seeds derived from the problem seed: the run is reproducible.
     seeds = [args.seed * 1_000_003 + i for i in range(len(problems))]
@@ -133,10 +141,12 @@ def evaluate(args: argparse.Namespace) -> dict:
                     prompts[lo:hi], args.temperature, args.max_tokens, seeds[lo:hi]
                 )
                 bar.update(len(prompts[lo:hi]))
+        wall = time.perf_counter() - start
     finally:
         if verifier is not None:
             verifier.close()
-    wall = time.perf_counter() - start
+        if hasattr(backend, "close"):  # the vLLM backend stops a server it started
+            backend.close()
 
     rows: list[tuple[TraceScore, float, Completion]] = []
     by_family: dict[str, list] = defaultdict(list)
@@ -195,8 +205,8 @@ def _verified_generate(backend, problems: list[Problem], args: argparse.Namespac
     from pipeline.evals.verified import generate_verified
     from pipeline.verify.local import LocalVerifier
 
-    if args.engine != "native":
-        raise StepwiseError(f"--mode {args.mode} needs --engine native")
+    if args.engine == "hf":
+        raise StepwiseError(f"--mode {args.mode} needs --engine native or vllm")
     verify = args.mode.removeprefix("verify-") if args.mode.startswith("verify-") else "off"
     config = ReasoningConfig(
         verify=verify,

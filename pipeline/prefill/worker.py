@@ -138,26 +138,10 @@ class PrefillWorker(EngineStageWorker):
     def _handoff(
         self, p: _Pending, seq: Sequence, first_logprob: dict[str, float]
     ) -> schema.Handoff:
-        engine, t = self.engine, p.task
-        kv = None
-        try:
-            handle, buf = self.pool.export(engine.export_shape(seq.request_id), engine.dtype)
-            engine.export_kv(seq.request_id, out=buf)
-            mc = engine.model_config
-            kv = schema.KVDescriptor(
-                transport=handle.transport,
-                handle=handle.handle,
-                num_tokens=seq.num_computed_tokens,
-                num_layers=mc.num_hidden_layers,
-                num_kv_heads=mc.num_key_value_heads,
-                head_dim=mc.head_dim,
-                dtype=handle.dtype,
-                nbytes=handle.nbytes,
-                owner=self.worker_id,
-                expires_ms=handle.expires_ms,
-            )
-        except ExportPoolFullError:
-            log.warning("export pool full: %s goes to decode without KV", t.id)
+        t = p.task
+        # vLLM keeps its KV to itself: decode re-prefills from token ids (a prefix-cache hit
+        # when both stages share one vLLM server).
+        kv = self._export(seq, t.id) if self.engine.can_export_kv else None
         return schema.Handoff(
             **{f: getattr(t, f) for f in t.__struct_fields__},
             first_token=seq.token_ids[seq.num_prompt_tokens],
@@ -166,6 +150,28 @@ class PrefillWorker(EngineStageWorker):
             prefill_worker=self.worker_id,
             prefill_ms=int((time.perf_counter() - p.received) * 1000),
             seed=seq.seed,
+        )
+
+    def _export(self, seq: Sequence, job_id: str) -> schema.KVDescriptor | None:
+        engine = self.engine
+        try:
+            handle, buf = self.pool.export(engine.export_shape(seq.request_id), engine.dtype)
+        except ExportPoolFullError:
+            log.warning("export pool full: %s goes to decode without KV", job_id)
+            return None
+        engine.export_kv(seq.request_id, out=buf)
+        mc = engine.model_config
+        return schema.KVDescriptor(
+            transport=handle.transport,
+            handle=handle.handle,
+            num_tokens=seq.num_computed_tokens,
+            num_layers=mc.num_hidden_layers,
+            num_kv_heads=mc.num_key_value_heads,
+            head_dim=mc.head_dim,
+            dtype=handle.dtype,
+            nbytes=handle.nbytes,
+            owner=self.worker_id,
+            expires_ms=handle.expires_ms,
         )
 
     async def report_metrics(self) -> None:

@@ -161,8 +161,8 @@ class GatewayClient:
                 try:
                     async for raw in ws:
                         msg = json.loads(raw)
-                        if "error" in msg:
-                            err = msg["error"]
+                        if "kind" not in msg and isinstance(msg.get("error"), dict):
+                            err = msg["error"]  # the refusal; the close (4xxx) follows
                             raise GatewayStreamError(err.get("message", ""), code=err.get("code"))
                         if msg.get("kind") == "result":
                             msg.pop("kind")

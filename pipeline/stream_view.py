@@ -133,8 +133,9 @@ class StreamView:
         text = Text.assemble((r.status, f"bold {style}"), "  ")
         text.append(
             f"budget {b.used}/{b.limit} thinking tokens · stop_reason {b.stop_reason} · "
-            f"{u.steps} steps, {u.backtracks} backtracks, {u.completion_tokens} tokens"
-            + (f" · {r.timings.e2e_ms} ms" if r.timings.e2e_ms is not None else ""),
+            f"{u.steps} steps, {u.backtracks} backtrack{'' if u.backtracks == 1 else 's'}, "
+            f"{u.completion_tokens} tokens"
+            + (f" · {r.timings.e2e_ms:.0f} ms" if r.timings.e2e_ms is not None else ""),
             style="dim" if r.status in ("ok", "cached") else style,
         )
         return text

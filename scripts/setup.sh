@@ -28,6 +28,18 @@ if ! command -v docker-compose >/dev/null 2>&1; then
   fi
 fi
 
+# chromium (Debian's) for the live page's browser test (tests/integration/test_gateway.py),
+# driven headless over the DevTools protocol: no driver, no browser download.
+if ! command -v chromium >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "[setup] installing chromium (apt)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "[setup] chromium is missing: install it (e.g. 'sudo apt-get install chromium')" >&2
+    exit 1
+  fi
+fi
+
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   echo "[setup] creating .venv"

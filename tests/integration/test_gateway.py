@@ -1,27 +1,35 @@
 """The gateway against the real local stack: HTTP jobs API, WebSocket stream with resume, API keys
-and tenant isolation, the slow-client policy, and the official `openai` client."""
+(config and Redis) and tenant isolation, rate limits, the slow-client policy, the official
+`openai` client, `stepwise stream`, and the live page driven by headless Chromium."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
+import os
 import socket
+import sys
 import uuid
+from pathlib import Path
 
 import httpx2 as httpx
 import openai
 import pytest
 import pytest_asyncio
+import redis.asyncio
 import uvicorn
 import websockets
 
 from pipeline import services
 from pipeline.client import current_chain
 from pipeline.gateway import create_app, stream
+from pipeline.gateway.auth import redis_keys_name
+from pipeline.gateway.limits import RateLimit
 from pipeline.gateway.settings import GatewayConfig
 from pipeline.schema import Event
 from pipeline.topics import STAGES, Topics
+from tests.integration.browser import Browser
 from tests.integration.conftest import TEST_PARTITIONS, _delete_topics
 from tests.integration.pipeline_helpers import running_stack, stack_config
 
@@ -30,6 +38,7 @@ KEYS = {"key-a": "tenantA", "key-b": "tenantB"}
 A = {"Authorization": "Bearer key-a"}
 B = {"Authorization": "Bearer key-b"}
 PARAMS = {"temperature": 0.7, "max_tokens": 120}
+RATE_LIMITED = "tenantR"  # only the rate-limit test submits as this tenant (a Redis-held key)
 
 
 def free_port() -> int:
@@ -46,7 +55,11 @@ async def gateway(kafka_bootstrap, redis_url, verify_worker):
     await services.create_topics(kafka_bootstrap, topics.all(), counts)
     config = stack_config(kafka_bootstrap, redis_url, topics)
     port = free_port()
-    app = create_app(GatewayConfig(pipeline=config, port=port, api_keys=KEYS))
+    gateway_config = GatewayConfig(
+        pipeline=config, port=port, api_keys=KEYS, api_keys_redis=True, key_cache_ttl_s=0.2,
+        tenant_rates={RATE_LIMITED: RateLimit(rate=0.05, burst=2)},
+    )  # fmt: skip
+    app = create_app(gateway_config)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     async with running_stack(config):
         task = asyncio.create_task(server.serve())
@@ -81,6 +94,15 @@ async def read_all(ws) -> tuple[list[dict], dict]:
     msgs = [json.loads(m) async for m in ws]
     assert msgs and msgs[-1]["kind"] == "result", msgs[-1:]
     return msgs[:-1], msgs[-1]
+
+
+async def until_closed(ws) -> list[dict]:
+    """Every message until the server closes, whatever the close code."""
+    msgs = []
+    with contextlib.suppress(websockets.ConnectionClosed):
+        async for m in ws:
+            msgs.append(json.loads(m))
+    return msgs
 
 
 def assert_gap_free(events: list[dict], result: dict) -> None:
@@ -143,7 +165,7 @@ async def test_http_jobs_api_and_tenant_isolation(gateway):
                     await ws.recv()
         assert ws.close_code == 4404
         async with websockets.connect(f"ws://{addr}/v1/stream?api_key=nope") as ws:
-            msgs = [json.loads(m) async for m in ws]  # the error, then the close
+            msgs = await until_closed(ws)  # the error, then the close
         assert ws.close_code == 4401 and msgs[0]["error"]["code"] == "unauthorized"
         body = await wait_done(http, j["id"], A)
         assert body["result"]["status"] == "ok" and body["result"]["tenant"] == "tenantA"
@@ -218,3 +240,90 @@ async def test_openai_client_chat_completions(gateway):
         await openai.AsyncOpenAI(base_url=f"http://{addr}/v1", api_key="bad").models.list()
     with pytest.raises(openai.NotFoundError):
         await client.chat.completions.create(model="gpt-4", messages=messages)
+
+
+async def test_redis_held_key_rate_limit_and_revocation(gateway, redis_url):
+    gw, addr = gateway
+    keys = redis.asyncio.Redis.from_url(redis_url)
+    name = redis_keys_name(gw.topics.prefix)
+    await keys.hset(name, "key-r", RATE_LIMITED)
+    R = {"Authorization": "Bearer key-r"}
+    try:
+        async with httpx.AsyncClient(base_url=f"http://{addr}", timeout=30) as http:
+            first, second = job(6, max_tokens=16), job(7, max_tokens=16)
+            assert (await http.post("/v1/jobs", json=first, headers=R)).status_code == 202
+            assert (await http.get(f"/v1/jobs/{first['id']}", headers=A)).status_code == 404
+            assert (await http.post("/v1/jobs", json=second, headers=R)).status_code == 202
+            # burst 2 spent, 0.05 jobs/s: the third is refused with an OpenAI-style 429
+            r = await http.post("/v1/jobs", json=job(8), headers=R)
+            assert r.status_code == 429 and 1 <= int(r.headers["Retry-After"]) <= 20
+            error = r.json()["error"]
+            assert (error["code"], error["type"]) == ("rate_limited", "rate_limit_error")
+            limited = openai.AsyncOpenAI(base_url=f"http://{addr}/v1", api_key="key-r")
+            with pytest.raises(openai.RateLimitError):
+                await limited.with_options(max_retries=0).chat.completions.create(
+                    model="tiny-reasoner", messages=[{"role": "user", "content": "1 + 1?"}]
+                )
+            async with websockets.connect(f"ws://{addr}/v1/stream", additional_headers=R) as ws:
+                await ws.send(json.dumps({"submit": job(9)}))
+                msgs = await until_closed(ws)
+            assert ws.close_code == 4429 and msgs[0]["error"]["code"] == "rate_limited"
+            for j in (first, second):
+                assert (await wait_done(http, j["id"], R))["result"]["tenant"] == RATE_LIMITED
+            # revoked in Redis: refused once the cached entry expires
+            await keys.hdel(name, "key-r")
+            await asyncio.sleep(0.3)
+            assert (await http.get(f"/v1/jobs/{first['id']}", headers=R)).status_code == 401
+    finally:
+        await keys.delete(name)
+        await keys.aclose()
+
+
+async def test_stepwise_stream_cli_renders_the_job(gateway):
+    _, addr = gateway
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "pipeline.cli", "stream", "What is 5 + 9?",
+        "--url", f"http://{addr}", "--max-tokens", "120", "--seed", "4", "--temperature", "0.7",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, "STEPWISE_API_KEY": "key-a", "COLUMNS": "120", "NO_COLOR": "1"},
+    )  # fmt: skip
+    out = (await asyncio.wait_for(proc.communicate(), 180))[0].decode()
+    assert proc.returncode == 0, out
+    assert "What is 5 + 9?" in out and "  1. " in out, out
+    assert "Answer: " in out and "stop_reason " in out and "thinking tokens" in out, out
+
+
+async def test_browser_drives_the_live_page(gateway, tmp_path):
+    """Debian's chromium, headless: type a problem and the key, press Solve, wait for the
+    answer and the Result's budget line, then save a screenshot."""
+    _, addr = gateway
+    async with Browser() as page:
+        await page.goto(f"http://{addr}/")
+        await page.eval(
+            """document.getElementById("problem").value = "What is 8 + 6?";
+               document.getElementById("key").value = "key-a";
+               document.getElementById("go").click(); true"""
+        )
+        status = await page.wait_for(
+            """(() => { const s = document.getElementById("status").textContent;
+                        return document.getElementById("answer").textContent && s.includes(")")
+                               && s; })()""",
+            timeout_s=120,
+        )
+        answer = await page.eval('document.getElementById("answer").textContent')
+        steps = await page.eval(
+            """[...document.querySelectorAll("#steps li")].map(li => [li.className,
+               li.textContent])"""
+        )
+        shot = await page.screenshot(tmp_path / "live_page.png")
+        assert not page.errors, page.errors
+    artifacts = os.environ.get("STEPWISE_TEST_ARTIFACTS")
+    if artifacts:  # keep the screenshot where a person (or CI) can look at it
+        Path(artifacts).mkdir(parents=True, exist_ok=True)
+        Path(artifacts, "live_page.png").write_bytes(shot.read_bytes())
+    assert status.startswith("ok (") and "thinking tokens" in status, status
+    assert answer.startswith("Answer: "), answer
+    assert steps and all(cls != "pending" or text for cls, text in steps), steps
+    verdicts = {"entailed", "consistent", "no_claim", "contradicted", "unknown", "unverified"}
+    assert {cls for cls, _ in steps} <= verdicts | {"gone", "pending"}, steps
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 5000

@@ -1,0 +1,155 @@
+"""`stepwise stream`'s rendering against a recorded event sequence (as the gateway sends it),
+and GatewayClient's resume after a dropped connection, against a loopback WebSocket server."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+
+import msgspec
+import pytest
+import websockets
+from rich.console import Console
+
+from pipeline import schema
+from pipeline.client import GatewayClient, GatewayStreamError, stream_url
+from pipeline.stream_view import StreamView, add_arguments, job_from_args
+
+J = "cli-0123456789ab"
+
+
+def ev(seq: int, kind: str, **kw) -> str:
+    return json.dumps({"v": 1, "id": J, "seq": seq, "kind": kind, "ts_ms": 1_700_000_000_000, **kw})
+
+
+# A job whose second step is contradicted and resampled (the gateway's messages, in order).
+RECORDED = [
+    ev(0, "accepted"),
+    ev(1, "step", step=0, text="5 + 9 = 14"),
+    ev(2, "verdict", step=0, text="5 + 9 = 14", verdict="entailed", detail="5 + 9 = 14"),
+    ev(3, "step", step=1, text="14 * 2 = 27"),
+    ev(4, "verdict", step=1, text="14 * 2 = 27", verdict="contradicted", detail="14 * 2 is 28"),
+    ev(5, "backtrack", step=1, text="14 * 2 = 27", verdict="contradicted",
+       detail="step 1 contradicted (14 * 2 is 28); resampling from step 1"),
+    ev(6, "step", step=1, text="14 * 2 = 28"),
+    ev(7, "verdict", step=1, text="14 * 2 = 28", verdict="unknown", detail="timeout"),
+    ev(8, "step", step=2, text="Answer: 28"),
+    ev(9, "verdict", step=2, text="Answer: 28", verdict="no_claim"),
+    ev(10, "final", text="28", detail="answer"),
+    json.dumps({
+        "kind": "result", "v": 1, "id": J, "status": "ok", "tenant": "default", "answer": "28",
+        "steps": [{"text": "5 + 9 = 14", "verdict": "entailed"}],
+        "usage": {"prompt_tokens": 12, "completion_tokens": 41, "steps": 3, "backtracks": 1},
+        "timings": {"e2e_ms": 812}, "budget": {"limit": 512, "used": 37, "stop_reason": "answer"},
+        "error": None, "ts_ms": 1_700_000_000_900,
+    }),
+]  # fmt: skip
+
+
+def decode(raw: str) -> schema.Event | schema.Result:
+    msg = json.loads(raw)
+    if msg.pop("kind") == "result":
+        return msgspec.convert(msg, schema.Result)
+    return msgspec.convert({**msg, "kind": json.loads(raw)["kind"]}, schema.Event)
+
+
+def render(view: StreamView, ansi: bool = False) -> str:
+    console = Console(
+        file=io.StringIO(), width=100, record=True, force_terminal=ansi, color_system="standard"
+    )
+    console.print(view)
+    return console.export_text(styles=ansi)
+
+
+def test_view_marks_verdicts_strikes_backtracked_steps_and_shows_the_budget():
+    view = StreamView("What is (5 + 9) * 2?")
+    for raw in RECORDED[:6]:
+        view.apply(decode(raw))
+    mid = render(view)
+    assert "thinking … 1 step(s), 6 event(s)" in mid  # live: the chain is back to one step
+    for raw in RECORDED[6:]:
+        view.apply(decode(raw))
+    lines = render(view).splitlines()
+    assert lines[0] == f"What is (5 + 9) * 2?  [{J}]"
+    assert lines[1:7] == [
+        "  1. 5 + 9 = 14 ✓",
+        "  2. 14 * 2 = 27 ✗",  # discarded: struck out (below)
+        "   ↩ backtrack: again from step 2  (step 1 contradicted (14 * 2 is 28); resampling from "
+        "step 1)",
+        "  2. 14 * 2 = 28 ?",
+        "  3. Answer: 28 ✓",
+        "Answer: 28",
+    ]
+    assert lines[7] == (
+        "ok  budget 37/512 thinking tokens · stop_reason answer · 3 steps, 1 backtrack, "
+        "41 tokens · 812 ms"
+    )
+    assert [r.gone for r in view.rows if r.index >= 0] == [False, True, False, False]
+    struck = render(view, ansi=True).splitlines()[2]
+    assert "\x1b[2;9m14 * 2 = 27" in struck  # SGR 2;9: dim, struck through
+
+
+def test_error_result_and_tokens_draft():
+    view = StreamView()
+    view.apply(decode(ev(0, "accepted")))
+    view.apply(decode(ev(1, "token", text="5 + 9 ")))
+    view.apply(decode(ev(2, "token", text="= 1")))
+    assert "… 5 + 9 = 1" in render(view)
+    err = schema.Result(
+        id=J, status="error", ts_ms=0, error=schema.ErrorInfo(code="engine", message="boom")
+    )
+    view.apply(err)
+    out = render(view)
+    assert "error: [engine] boom" in out and out.splitlines()[-1].startswith("error  budget")
+
+
+def test_job_from_args_and_stream_url():
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    args = p.parse_args(["2 + 2?", "--max-tokens", "64", "--tokens", "--verify", "strict"])
+    assert job_from_args(args) == {
+        "prompt": "2 + 2?", "params": {"max_tokens": 64, "verify": "strict", "stream": "tokens"}
+    }  # fmt: skip
+    assert stream_url("http://h:8000/") == "ws://h:8000/v1/stream"
+    assert stream_url("https://h") == "wss://h/v1/stream"
+    assert stream_url("h:1") == "ws://h:1/v1/stream"
+
+
+async def test_client_resumes_a_dropped_stream_without_gap_or_duplicate():
+    firsts: list[dict] = []
+
+    async def handler(ws):
+        firsts.append(json.loads(await ws.recv()))
+        if len(firsts) == 1:
+            for raw in RECORDED[:4]:
+                await ws.send(raw)
+            await ws.close(4008, "slow consumer")  # the gateway dropped us
+        else:  # replay from the asked seq, one duplicate included
+            for raw in RECORDED[firsts[-1]["from_seq"] - 1 :]:
+                await ws.send(raw)
+            await ws.close(1000)
+
+    async with websockets.serve(handler, "127.0.0.1", 0) as server:
+        port = server.sockets[0].getsockname()[1]
+        client = GatewayClient(f"ws://127.0.0.1:{port}", api_key="k")
+        items = [i async for i in client.stream({"id": J, "prompt": "p"})]
+    assert firsts[0] == {"submit": {"id": J, "prompt": "p"}}
+    assert firsts[1] == {"subscribe": J, "from_seq": 4}
+    seqs = [i.seq for i in items if isinstance(i, schema.Event)]
+    assert seqs == list(range(11)) and isinstance(items[-1], schema.Result)
+
+
+async def test_client_raises_the_gateways_refusal():
+    async def handler(ws):
+        await ws.recv()
+        await ws.send(json.dumps({"error": {"code": "rate_limited", "message": "slow down"}}))
+        await ws.close(4429, "rate_limited")
+
+    async with websockets.serve(handler, "127.0.0.1", 0) as server:
+        port = server.sockets[0].getsockname()[1]
+        client = GatewayClient(f"ws://127.0.0.1:{port}")
+        with pytest.raises(GatewayStreamError) as err:
+            async for _ in client.stream({"prompt": "p"}):
+                pass
+    assert err.value.code == "rate_limited" and "slow down" in str(err.value)

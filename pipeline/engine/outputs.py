@@ -16,6 +16,9 @@ class Request:
     request_id: str
     prompt_token_ids: list[int]
     params: SamplingParams = field(default_factory=SamplingParams)
+    # Admission order among waiting requests, lower first (vLLM's convention); side work that
+    # a running job waits on (an answer probe) goes ahead of new jobs.
+    priority: int = 0
 
 
 @dataclass(slots=True)

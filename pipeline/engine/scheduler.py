@@ -52,8 +52,13 @@ class Scheduler:
         self.num_preemptions = 0
 
     def add(self, seq: Sequence) -> None:
+        """Queue `seq` behind every waiting sequence of its priority or a more urgent one."""
         seq.status = SequenceStatus.WAITING
-        self.waiting.append(seq)
+        if not self.waiting or self.waiting[-1].priority <= seq.priority:
+            self.waiting.append(seq)
+            return
+        at = next(i for i, w in enumerate(self.waiting) if w.priority > seq.priority)
+        self.waiting.insert(at, seq)
 
     @property
     def has_schedulable(self) -> bool:

@@ -34,6 +34,7 @@ class Sequence:
         "num_discarded_tokens",
         "cumulative_logprob",
         "arrival",
+        "priority",
     )
 
     def __init__(
@@ -43,8 +44,10 @@ class Sequence:
         params: SamplingParams,
         seed: int,
         arrival: int,
+        priority: int = 0,
     ) -> None:
         self.request_id = request_id
+        self.priority = priority
         self.token_ids = list(prompt_token_ids)
         self.num_prompt_tokens = len(prompt_token_ids)
         self.num_computed_tokens = 0

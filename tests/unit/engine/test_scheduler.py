@@ -105,3 +105,15 @@ def test_finish_releases_blocks():
     sched.finish(a, "stop")
     assert bm.num_free_blocks == bm.num_blocks and a.finish_reason == "stop"
     assert not sched.has_schedulable
+
+
+def test_a_more_urgent_request_is_admitted_before_waiting_ones():
+    _, sched = make(max_seqs=1, budget=64)
+    first, later, urgent, urgent2 = seq(4, "a"), seq(4, "b"), seq(4, "p"), seq(4, "q")
+    urgent.priority = urgent2.priority = -1
+    for s in (first, later, urgent, urgent2):
+        sched.add(s)
+    # Lower priority values first; arrival order among equals.
+    assert [s.request_id for s in sched.waiting] == ["p", "q", "a", "b"]
+    out = run_step(sched)
+    assert [s.seq.request_id for s in out.scheduled] == ["p"]

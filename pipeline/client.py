@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import msgspec
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -137,11 +137,19 @@ class GatewayClient:
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.max_resumes = max_resumes
         self.open_timeout = open_timeout
+        self.num_resumes = 0  # reconnections, over every stream of this client
+        self.num_duplicates = 0  # events received again (after a resume) and dropped here
 
     async def stream(
-        self, submit: dict | None = None, *, job_id: str | None = None, from_seq: int = 0
+        self,
+        submit: dict | None = None,
+        *,
+        job_id: str | None = None,
+        from_seq: int = 0,
+        on_open: Callable[[], None] | None = None,
     ) -> AsyncIterator[schema.Event | schema.Result]:
-        """Submit `submit` (a Job as a dict; an id is added if it has none) or follow `job_id`."""
+        """Submit `submit` (a Job as a dict; an id is added if it has none) or follow `job_id`;
+        `on_open()` runs once the request is sent on each connection."""
         import websockets
 
         if submit is not None:
@@ -158,8 +166,21 @@ class GatewayClient:
                 self.url, additional_headers=self.headers, open_timeout=self.open_timeout
             ) as ws:
                 await ws.send(json.dumps(first))
+                if on_open is not None:
+                    on_open()
                 try:
                     async for raw in ws:
+                        try:  # the hot path: an Event, decoded and checked in one pass
+                            event = msgspec.json.decode(raw, type=schema.Event)
+                        except msgspec.ValidationError:
+                            event = None
+                        if event is not None:
+                            if event.seq < next_seq:
+                                self.num_duplicates += 1
+                                continue  # already had it
+                            next_seq, resumes = event.seq + 1, 0
+                            yield event
+                            continue
                         msg = json.loads(raw)
                         if "kind" not in msg and isinstance(msg.get("error"), dict):
                             err = msg["error"]  # the refusal; the close (4xxx) follows
@@ -168,11 +189,7 @@ class GatewayClient:
                             msg.pop("kind")
                             yield msgspec.convert(msg, schema.Result)
                             return
-                        event = msgspec.convert(msg, schema.Event)
-                        if event.seq < next_seq:
-                            continue  # already had it
-                        next_seq, resumes = event.seq + 1, 0
-                        yield event
+                        # else: a message this client does not know (a newer gateway): skipped
                 except websockets.ConnectionClosedError:
                     pass  # closed without a close frame: resumable, see below
             code, reason = ws.close_code, ws.close_reason or ""
@@ -181,5 +198,6 @@ class GatewayClient:
             if resumes >= self.max_resumes:
                 raise GatewayStreamError(f"stream lost ({code} {reason})", code="stream_lost")
             resumes += 1
+            self.num_resumes += 1
             await asyncio.sleep(0.2 * resumes)
             first = {"subscribe": job_id, "from_seq": next_seq}

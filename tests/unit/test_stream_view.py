@@ -138,6 +138,7 @@ async def test_client_resumes_a_dropped_stream_without_gap_or_duplicate():
     assert firsts[1] == {"subscribe": J, "from_seq": 4}
     seqs = [i.seq for i in items if isinstance(i, schema.Event)]
     assert seqs == list(range(11)) and isinstance(items[-1], schema.Result)
+    assert (client.num_resumes, client.num_duplicates) == (1, 1)
 
 
 async def test_client_raises_the_gateways_refusal():

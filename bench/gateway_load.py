@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -192,6 +193,7 @@ async def submit_jobs(url: str, n: int, duration_s: float, tally: Tally, clients
     from pipeline.client import GatewayClient
 
     end = time.monotonic() + duration_s
+    run = uuid.uuid4().hex[:6]  # job ids are idempotency keys: never reuse one across runs
 
     async def one(i: int) -> None:
         client = GatewayClient(url)
@@ -200,7 +202,7 @@ async def submit_jobs(url: str, n: int, duration_s: float, tally: Tally, clients
         while time.monotonic() < end:
             a, b = 3 + (7 * i + k) % 40, 2 + (11 * k + i) % 30
             job = {
-                "id": f"load-{i}-{k}",
+                "id": f"load-{run}-{i}-{k}",
                 "prompt": f"What is {a} + {b}?",
                 "params": {"stream": "tokens", "max_tokens": 64, "temperature": 0.7, "seed": k},
             }
@@ -272,7 +274,8 @@ async def run_load(args, bootstrap: str, prefix: str, port: int) -> dict:
     expected = None
     t0, t0_ms = time.monotonic(), now_ms()
     if args.source == "synthetic":
-        job_ids = [f"load-{i}" for i in range(args.clients)]
+        run = uuid.uuid4().hex[:6]
+        job_ids = [f"load-{run}-{i}" for i in range(args.clients)]
         tasks = await follow_jobs(url, job_ids, tally, clients)
         while tally.opened < len(job_ids):
             await asyncio.sleep(0.05)

@@ -248,6 +248,12 @@ def figures(latencies, seqs, expected, t0_ms, last_ms) -> dict:
     }
 
 
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a process has used so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def wait_healthy(port: int, timeout_s: float = 120) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -261,7 +267,7 @@ def wait_healthy(port: int, timeout_s: float = 120) -> None:
     raise TimeoutError(f"the gateway on {port} did not get healthy in {timeout_s} s")
 
 
-async def run_load(args, bootstrap: str, prefix: str, port: int) -> dict:
+async def run_load(args, bootstrap: str, prefix: str, port: int, gateway_pid: int) -> dict:
     ctx = mp.get_context("spawn")
     ready, stop = ctx.Event(), ctx.Event()
     probe_rx, probe_tx = ctx.Pipe(duplex=False)
@@ -273,6 +279,7 @@ async def run_load(args, bootstrap: str, prefix: str, port: int) -> dict:
     tally, clients = Tally(), []
     expected = None
     t0, t0_ms = time.monotonic(), now_ms()
+    cpu0 = cpu_s(gateway_pid)
     if args.source == "synthetic":
         run = uuid.uuid4().hex[:6]
         job_ids = [f"load-{run}-{i}" for i in range(args.clients)]
@@ -286,6 +293,7 @@ async def run_load(args, bootstrap: str, prefix: str, port: int) -> dict:
             args=(bootstrap, prefix, job_ids, args.rate, args.duration_s, pub_tx),
         )
         t0, t0_ms = time.monotonic(), now_ms()
+        cpu0 = cpu_s(gateway_pid)
         pub.start()
         while not pub_rx.poll():
             await asyncio.sleep(0.1)
@@ -295,6 +303,7 @@ async def run_load(args, bootstrap: str, prefix: str, port: int) -> dict:
     else:
         tasks = await submit_jobs(url, args.clients, args.duration_s, tally, clients)
     _, pending = await asyncio.wait(tasks, timeout=args.duration_s + args.drain_s + 5)
+    gateway_cpu_s = cpu_s(gateway_pid) - cpu0
     for t in pending:
         t.cancel()
     stop.set()
@@ -313,6 +322,8 @@ async def run_load(args, bootstrap: str, prefix: str, port: int) -> dict:
     gw["resumes"] = sum(c.num_resumes for c in clients)
     gw["duplicates_dropped_by_client"] = sum(c.num_duplicates for c in clients)
     gw["client_errors"] = len(tally.errors)
+    gw["gateway_cpu_s"] = round(gateway_cpu_s, 2)
+    gw["gateway_cpu_us_per_event"] = round(1e6 * gateway_cpu_s / max(1, gw["events"]), 1)
     direct_seqs = {j: s for j, s in base["seqs"].items() if j in expected}
     direct = figures(base["latencies"], direct_seqs, expected, t0_ms, base["last_ms"])
     if tally.errors:
@@ -345,12 +356,12 @@ def main() -> int:
     started = time.time()
     with Stack(config, workers=workers, log_dir=log_dir) as stack:
         wait_healthy(port)
+        where = (stack.services.bootstrap_servers, config.topic_prefix, port)
+        where += (stack.procs["gateway"].pid,)
         if args.source == "stack":  # one job end to end first: every worker is past start-up
             warm = argparse.Namespace(**{**vars(args), "clients": 1, "duration_s": 0.1})
-            asyncio.run(run_load(warm, stack.services.bootstrap_servers, config.topic_prefix, port))
-        out = asyncio.run(
-            run_load(args, stack.services.bootstrap_servers, config.topic_prefix, port)
-        )
+            asyncio.run(run_load(warm, *where))
+        out = asyncio.run(run_load(args, *where))
     gw, direct = out["gateway"], out["kafka_direct"]
     what = (
         f"synthetic events at {args.rate:g}/s (publisher process; decode not involved)"
@@ -369,7 +380,8 @@ def main() -> int:
         )
     print(
         f"jobs finished {gw['jobs_finished']}, resumes {gw['resumes']}, duplicates dropped by "
-        f"clients {gw['duplicates_dropped_by_client']}, client errors {gw['client_errors']}"
+        f"clients {gw['duplicates_dropped_by_client']}, client errors {gw['client_errors']}; "
+        f"gateway CPU {gw['gateway_cpu_s']} s ({gw['gateway_cpu_us_per_event']} us/event)"
     )
 
     def ratio(a, b):

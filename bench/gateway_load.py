@@ -338,6 +338,9 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=2000.0, help="synthetic: events/s in all")
     ap.add_argument("--duration-s", type=float, default=20.0)
     ap.add_argument("--drain-s", type=float, default=30.0, help="stack: wait for jobs in flight")
+    ap.add_argument(
+        "--ws-deflate", action="store_true", help="gateway with permessage-deflate on (default off)"
+    )
     args = ap.parse_args()
 
     from pipeline.config import PipelineConfig
@@ -348,6 +351,7 @@ def main() -> int:
         os.environ.pop(name, None)  # fresh embedded services
     port = free_port()
     os.environ.update(STEPWISE_GATEWAY_PORT=str(port), STEPWISE_GATEWAY_HOST="127.0.0.1")
+    os.environ["STEPWISE_WS_DEFLATE"] = "1" if args.ws_deflate else "0"
     workers = ("gateway",) if args.source == "synthetic" else (
         "ingest", "prefill", "decode", "verify", "gateway",
     )  # fmt: skip
@@ -399,6 +403,7 @@ def main() -> int:
         "clients": args.clients,
         "rate": args.rate if args.source == "synthetic" else None,
         "duration_s": args.duration_s,
+        "ws_deflate": args.ws_deflate,
         "started_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime(started)),
         "no_loss_no_dup": gw["lost"] == 0 and gw["duplicates"] == 0 and gw["out_of_order"] == 0,
         **out,

@@ -13,7 +13,13 @@ from pipeline.gateway.settings import GatewayConfig
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     config = GatewayConfig.from_env()
-    uvicorn.run(create_app(config), host=config.host, port=config.port, log_level="info")
+    uvicorn.run(
+        create_app(config),
+        host=config.host,
+        port=config.port,
+        log_level="info",
+        ws_per_message_deflate=config.ws_deflate,
+    )
 
 
 if __name__ == "__main__":

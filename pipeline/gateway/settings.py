@@ -62,6 +62,9 @@ class GatewayConfig:
     tenant_rate: RateLimit = field(default_factory=RateLimit)  # jobs/s + burst; rate 0: none
     tenant_rates: dict[str, RateLimit] = field(default_factory=dict)  # per-tenant overrides
     ws_max_queue: int = 1000  # events a WebSocket may fall behind before it is closed
+    # permessage-deflate costs zlib CPU on both ends for every event and saves little on
+    # ~200-byte JSON messages: off unless asked for (bench/gateway_load.py, RESULTS.md)
+    ws_deflate: bool = False
     max_jobs: int = 10_000  # job logs kept in memory (oldest finished ones go first)
     max_events_per_job: int = 10_000  # older events of a longer job are dropped
     result_timeout_s: float = 300.0  # chat completions wait this long for a Result
@@ -98,6 +101,7 @@ class GatewayConfig:
             "tenant_rate": rate_limit(rate, int(burst) if burst else None),
             "tenant_rates": parse_rate_limits(env("STEPWISE_TENANT_RATES") or ""),
             "ws_max_queue": int(env("STEPWISE_WS_MAX_QUEUE") or 1000),
+            "ws_deflate": (env("STEPWISE_WS_DEFLATE") or "0").lower() in TRUE,
         }
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]

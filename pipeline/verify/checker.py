@@ -289,7 +289,7 @@ class Checker:
 
     def _ensure_solver(self) -> z3.Solver:
         if self._solver is None:
-            self._ctx = z3.Context()
+            self._ctx = _shared_context()
             self._solver = z3.Solver(ctx=self._ctx)
         return self._solver
 
@@ -382,6 +382,20 @@ class _Build:
     guards: list[z3.BoolRef] = field(default_factory=list)
     is_nonlinear: bool = False
     max_bits: int = 0  # the largest constant's numerator or denominator
+
+
+_local = threading.local()
+
+
+def _shared_context() -> z3.Context:
+    """This thread's Z3 context, shared by its checkers. A context costs ~16 MB and a solver
+    in it ~1 MB: with a context per checker, the LRU of checkers grew a verify process to
+    4.5 GB. Z3 contexts are not thread-safe, hence one per thread (`check_step` serializes its
+    cached checkers with a lock on top)."""
+    ctx = getattr(_local, "ctx", None)
+    if ctx is None:
+        ctx = _local.ctx = z3.Context()
+    return ctx
 
 
 _RELATE = {

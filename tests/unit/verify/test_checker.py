@@ -370,3 +370,12 @@ def test_a_bare_answer_is_checked_against_the_asked_expression():
     assert check_step(problem, (), wrong_chain, "Answer: 3").verdict == "contradicted"
     right_chain = ("4 + 8 = 12", "12 - 1 = 11", "11 - 7 = 4")
     assert check_step(problem, (), right_chain, "Answer: 4").verdict == "entailed"
+
+
+def test_cached_checkers_share_one_z3_context():
+    # A context each cost ~16 MB: 256 cached checkers grew a verify process to 4.5 GB.
+    checker_mod.clear_cache()
+    for i in range(3):
+        check_step(f"Solve for x: {i + 2}x = {2 * (i + 2)}.", (), (), "x = 2")
+    contexts = {id(c._ctx) for c in checker_mod._cache.values()}
+    assert len(checker_mod._cache) == 3 and len(contexts) == 1 and None not in contexts

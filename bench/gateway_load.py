@@ -279,7 +279,7 @@ async def run_load(args, bootstrap: str, prefix: str, port: int, gateway_pid: in
     tally, clients = Tally(), []
     expected = None
     t0, t0_ms = time.monotonic(), now_ms()
-    cpu0 = cpu_s(gateway_pid)
+    cpu0, client_cpu0 = cpu_s(gateway_pid), time.process_time()
     if args.source == "synthetic":
         run = uuid.uuid4().hex[:6]
         job_ids = [f"load-{run}-{i}" for i in range(args.clients)]
@@ -293,7 +293,7 @@ async def run_load(args, bootstrap: str, prefix: str, port: int, gateway_pid: in
             args=(bootstrap, prefix, job_ids, args.rate, args.duration_s, pub_tx),
         )
         t0, t0_ms = time.monotonic(), now_ms()
-        cpu0 = cpu_s(gateway_pid)
+        cpu0, client_cpu0 = cpu_s(gateway_pid), time.process_time()
         pub.start()
         while not pub_rx.poll():
             await asyncio.sleep(0.1)
@@ -304,6 +304,7 @@ async def run_load(args, bootstrap: str, prefix: str, port: int, gateway_pid: in
         tasks = await submit_jobs(url, args.clients, args.duration_s, tally, clients)
     _, pending = await asyncio.wait(tasks, timeout=args.duration_s + args.drain_s + 5)
     gateway_cpu_s = cpu_s(gateway_pid) - cpu0
+    client_cpu_s = time.process_time() - client_cpu0
     for t in pending:
         t.cancel()
     stop.set()
@@ -324,6 +325,7 @@ async def run_load(args, bootstrap: str, prefix: str, port: int, gateway_pid: in
     gw["client_errors"] = len(tally.errors)
     gw["gateway_cpu_s"] = round(gateway_cpu_s, 2)
     gw["gateway_cpu_us_per_event"] = round(1e6 * gateway_cpu_s / max(1, gw["events"]), 1)
+    gw["clients_cpu_s"] = round(client_cpu_s, 2)  # this process: every client, one core at most
     direct_seqs = {j: s for j, s in base["seqs"].items() if j in expected}
     direct = figures(base["latencies"], direct_seqs, expected, t0_ms, base["last_ms"])
     if tally.errors:
@@ -385,7 +387,8 @@ def main() -> int:
     print(
         f"jobs finished {gw['jobs_finished']}, resumes {gw['resumes']}, duplicates dropped by "
         f"clients {gw['duplicates_dropped_by_client']}, client errors {gw['client_errors']}; "
-        f"gateway CPU {gw['gateway_cpu_s']} s ({gw['gateway_cpu_us_per_event']} us/event)"
+        f"gateway CPU {gw['gateway_cpu_s']} s ({gw['gateway_cpu_us_per_event']} us/event), "
+        f"clients' CPU {gw['clients_cpu_s']} s"
     )
 
     def ratio(a, b):

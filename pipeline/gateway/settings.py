@@ -63,7 +63,7 @@ class GatewayConfig:
     tenant_rates: dict[str, RateLimit] = field(default_factory=dict)  # per-tenant overrides
     ws_max_queue: int = 1000  # events a WebSocket may fall behind before it is closed
     # permessage-deflate costs zlib CPU on both ends for every event and saves little on
-    # ~200-byte JSON messages: off unless asked for (bench/gateway_load.py, RESULTS.md)
+    # ~200-byte JSON messages: off unless asked for (bench/RESULTS.md, gateway load)
     ws_deflate: bool = False
     max_jobs: int = 10_000  # job logs kept in memory (oldest finished ones go first)
     max_events_per_job: int = 10_000  # older events of a longer job are dropped

@@ -1,4 +1,4 @@
-"""Attention over the paged KV cache (torch reference path; Triton kernels dispatch here later).
+"""Attention over the paged KV cache; decode attention and the KV store dispatch to kernels/.
 
 A batch is flattened into T tokens: first the decode sequences (one query token each), then the
 prefill chunks (several query tokens each). Decode attention is batched over padded block
@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+
+from pipeline.kernels.kv_store import store_kv
+from pipeline.kernels.paged_attention import gather_kv, paged_decode_attention
 
 
 @dataclass(slots=True)
@@ -46,64 +49,6 @@ class AttentionMetadata:
     # Reused by every layer's decode gather: one allocation per step instead of two per layer
     # (fresh multi-MB buffers cost page faults on CPU).
     workspace: dict[str, torch.Tensor] = field(default_factory=dict)
-
-
-def store_kv(
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    slots: torch.Tensor,
-) -> None:
-    """Write new K/V into their slots. k_cache: [KVH, num_blocks, block_size, D]; k: [T, KVH, D]."""
-    kvh, _, _, d = k_cache.shape
-    k_cache.view(kvh, -1, d).index_copy_(1, slots, k.transpose(0, 1))
-    v_cache.view(kvh, -1, d).index_copy_(1, slots, v.transpose(0, 1))
-
-
-def gather_kv(
-    cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    num_tokens: int,
-    out: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """[B, max_blocks] block tables -> [KVH, B, num_tokens, D], contiguous in time."""
-    kvh, _, bs, d = cache.shape
-    b, m = block_tables.shape
-    if out is None:
-        x = torch.index_select(cache, 1, block_tables.flatten())
-    else:
-        x = torch.index_select(cache, 1, block_tables.flatten(), out=out.view(kvh, b * m, bs, d))
-    return x.view(kvh, b, -1, d)[:, :, :num_tokens]
-
-
-def paged_decode_attention(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    context_lens: torch.Tensor,
-    scale: float,
-    workspace: dict[str, torch.Tensor] | None = None,
-) -> torch.Tensor:
-    """One query token per sequence. q: [B, H, D] -> [B, H, D]."""
-    b, h, d = q.shape
-    # Attend over whole blocks (padding masked): slicing to the longest context would copy.
-    num_slots = block_tables.shape[1] * k_cache.shape[2]
-    numel = k_cache.shape[0] * b * num_slots * d
-    ws = workspace if workspace is not None else {}
-    if "k" not in ws or ws["k"].numel() < numel or ws["k"].dtype != k_cache.dtype:
-        ws["k"] = torch.empty(numel, dtype=k_cache.dtype, device=k_cache.device)
-        ws["v"] = torch.empty_like(ws["k"])
-    k = gather_kv(k_cache, block_tables, num_slots, ws["k"][:numel])  # [KVH, B, L, D]
-    v = gather_kv(v_cache, block_tables, num_slots, ws["v"][:numel])
-    kvh = k.shape[0]
-    qg = q.view(b, kvh, h // kvh, d).transpose(0, 1)  # [KVH, B, G, D]: G heads share a KV head
-    scores = torch.matmul(qg, k.transpose(-1, -2)).float() * scale  # [KVH, B, G, L]
-    pos = torch.arange(num_slots, device=q.device)
-    scores.masked_fill_((pos[None, :] >= context_lens[:, None])[None, :, None, :], float("-inf"))
-    probs = torch.softmax(scores, dim=-1).to(v.dtype)
-    return torch.matmul(probs, v).transpose(0, 1).reshape(b, h, d)
 
 
 def prefill_attention(

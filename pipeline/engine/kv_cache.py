@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from pipeline.kernels.kv_transfer import export_blocks, import_blocks
+
 
 class KVCache:
     """All layers' K and V: [layers, 2, kv_heads, num_blocks, block_size, head_dim].
@@ -43,16 +45,6 @@ class KVCache:
     ) -> int:
         return num_layers * 2 * block_size * num_kv_heads * head_dim * dtype.itemsize
 
-    def _slots(self, block_table: list[int], num_tokens: int) -> torch.Tensor:
-        bs = self.block_size
-        blocks = torch.tensor(block_table, dtype=torch.long, device=self.kv.device)
-        offsets = torch.arange(bs, device=self.kv.device)
-        return (blocks[:, None] * bs + offsets[None, :]).flatten()[:num_tokens]
-
-    def _flat(self) -> torch.Tensor:
-        l, _, h, n, bs, d = self.kv.shape
-        return self.kv.view(l, 2, h, n * bs, d)
-
     def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
         if not pairs:
             return
@@ -74,26 +66,17 @@ class KVCache:
         into `out` (shape `export_shape(num_tokens)`, e.g. shared memory) or a new tensor; the
         result is a view of its first `num_tokens` tokens.
         """
-        l, _, h, n, bs, d = self.kv.shape
         shape = self.export_shape(num_tokens)
-        nb = shape[3] // bs
+        nb = shape[3] // self.block_size
         if out is None:
             out = torch.empty(shape, dtype=self.kv.dtype, device=self.kv.device)
         blocks = torch.tensor(block_table[:nb], dtype=torch.long, device=self.kv.device)
-        src = self.kv.view(l, 2, h, n, bs * d)
-        torch.index_select(src, 3, blocks, out=out.view(l, 2, h, nb, bs * d))
+        export_blocks(self.kv, blocks, out)
         return out[:, :, :, :num_tokens]
 
     def import_(self, block_table: list[int], kv: torch.Tensor) -> None:
         """Write [layers, 2, kv_heads, tokens, head_dim] into the slots of `block_table`."""
-        l, _, h, n, bs, d = self.kv.shape
         kv = kv.to(device=self.kv.device, dtype=self.kv.dtype)
-        num_tokens = kv.shape[3]
-        full = num_tokens // bs
-        if full:  # whole blocks in one block-row scatter
-            blocks = torch.tensor(block_table[:full], dtype=torch.long, device=self.kv.device)
-            src = kv[:, :, :, : full * bs].reshape(l, 2, h, full, bs * d)
-            self.kv.view(l, 2, h, n, bs * d).index_copy_(3, blocks, src)
-        if num_tokens > full * bs:  # the partial last block, token by token
-            slots = self._slots(block_table, num_tokens)[full * bs :]
-            self._flat().index_copy_(3, slots, kv[:, :, :, full * bs :])
+        nb = -(-kv.shape[3] // self.block_size)
+        blocks = torch.tensor(block_table[:nb], dtype=torch.long, device=self.kv.device)
+        import_blocks(self.kv, blocks, kv)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from pipeline.engine import cuda_graph
 from pipeline.engine.attention import AttentionMetadata, DecodeGroup, PrefillChunk
 from pipeline.engine.kv_cache import KVCache
 from pipeline.engine.model import CausalLM
@@ -26,6 +27,17 @@ class ModelRunner:
         # Debug/test hook: keep the last step's logits ({request_id: [vocab] fp32}).
         self.keep_logits = False
         self.last_logits: dict[str, torch.Tensor] = {}
+        self.graphs: cuda_graph.CudaGraphRunner | None = None
+
+    def capture_cuda_graphs(self, max_num_seqs: int, max_model_len: int) -> None:
+        """Capture the decode step at fixed batch sizes; a no-op off CUDA (cuda_graph.py)."""
+        if not cuda_graph.is_enabled(self.device):
+            return
+        max_blocks = -(-max_model_len // self.block_size)
+        self.graphs = cuda_graph.CudaGraphRunner(
+            self.model, self.kv_cache.layers, max_num_seqs, max_blocks, self.device
+        )
+        self.graphs.capture()
 
     def _tensor(self, data: list, dtype: torch.dtype = torch.long) -> torch.Tensor:
         return torch.tensor(data, dtype=dtype, device=self.device)
@@ -84,7 +96,10 @@ class ModelRunner:
     def execute(self, scheduled: list[ScheduledSequence]) -> dict[str, tuple[int, float, float]]:
         """Forward the batch; returns {request_id: (token, logprob, entropy)} for sampled rows."""
         input_ids, positions, meta, sample_rows, order = self.prepare(scheduled)
-        hidden = self.model(input_ids, positions, self.kv_cache.layers, meta)
+        if self.graphs is not None and self.graphs.can_run(meta, input_ids.shape[0]):
+            hidden = self.graphs.run(input_ids, positions, meta)
+        else:
+            hidden = self.model(input_ids, positions, self.kv_cache.layers, meta)
         if not sample_rows:
             return {}
         logits = self.model.compute_logits(hidden[self._tensor(sample_rows)])

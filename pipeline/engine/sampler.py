@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from pipeline.engine.sampling_params import SamplingParams
+from pipeline.kernels.logits_stats import logits_stats
 
 _MASK64 = (1 << 64) - 1
 
@@ -40,13 +41,9 @@ class Sampler:
     def __call__(
         self, logits: torch.Tensor, params: list[SamplingParams], uniforms: list[float]
     ) -> SamplerOutput:
-        # logits: [S, V] fp32
-        # H = lse - sum(p * logits): two passes fewer than -(p * log p) over the vocabulary.
-        lse = torch.logsumexp(logits, dim=-1, keepdim=True)
-        entropies = (lse - (torch.softmax(logits, dim=-1) * logits).sum(-1, keepdim=True)).squeeze(
-            1
-        )
-        tokens = logits.argmax(dim=-1)
+        # logits: [S, V] fp32. argmax, entropy and lse per row (one fused pass on a GPU).
+        stats = logits_stats(logits)
+        lse, entropies, tokens = stats.lse[:, None], stats.entropy, stats.argmax
         rows = [i for i, p in enumerate(params) if not p.is_greedy]
         if rows:
             tokens[rows] = self._sample(

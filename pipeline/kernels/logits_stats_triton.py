@@ -72,6 +72,6 @@ def logits_stats_triton(logits: torch.Tensor) -> LogitsStats:
         torch.empty(rows, dtype=torch.float32, device=dev),
     )
     if rows:
-        block_v = min(4096 if logits.is_cuda else 1024, triton.next_power_of_2(vocab))
+        block_v = min(4096 if logits.is_cuda else 1024, max(16, triton.next_power_of_2(vocab)))
         _stats_kernel[(rows,)](*(logits, *out), logits.stride(0), vocab, BLOCK_V=block_v)
     return out

@@ -89,30 +89,33 @@ def _split_kernel(
     m = tl.full([BLOCK_G], float("-inf"), tl.float32)
     l_sum = tl.zeros([BLOCK_G], tl.float32)
     acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
-    for n0 in range(start, end, BLOCK_N):
-        tok = n0 + offs_n
-        n_mask = tok < end
-        blk = tl.load(bt_row + tok // block_size, mask=n_mask, other=0).to(tl.int64)
-        slot = (tok % block_size).to(tl.int64)
-        nd_mask = n_mask[:, None] & d_mask[None, :]
-        k = tl.load(
-            k_base + (blk * stride_kblk + slot * stride_kslot)[:, None] + offs_d[None, :],
-            mask=nd_mask,
-            other=0.0,
-        ).to(tl.float32)  # [N, D]
-        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale  # [G, N]
-        scores = tl.where(n_mask[None, :], scores, float("-inf"))
-        m_new = tl.maximum(m, tl.max(scores, 1))
-        alpha = tl.exp(m - m_new)
-        p = tl.exp(scores - m_new[:, None])
-        l_sum = l_sum * alpha + tl.sum(p, 1)
-        v = tl.load(
-            v_base + (blk * stride_vblk + slot * stride_vslot)[:, None] + offs_d[None, :],
-            mask=nd_mask,
-            other=0.0,
-        ).to(tl.float32)
-        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PRECISION)
-        m = m_new
+    # Whole split, tiles past this row's context skipped (one loop bound per launch).
+    for i in range(0, tokens_per_split, BLOCK_N):
+        n0 = start + i
+        if n0 < end:
+            tok = n0 + offs_n
+            n_mask = tok < end
+            blk = tl.load(bt_row + tok // block_size, mask=n_mask, other=0).to(tl.int64)
+            slot = (tok % block_size).to(tl.int64)
+            nd_mask = n_mask[:, None] & d_mask[None, :]
+            k = tl.load(
+                k_base + (blk * stride_kblk + slot * stride_kslot)[:, None] + offs_d[None, :],
+                mask=nd_mask,
+                other=0.0,
+            ).to(tl.float32)  # [N, D]
+            scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale  # [G, N]
+            scores = tl.where(n_mask[None, :], scores, float("-inf"))
+            m_new = tl.maximum(m, tl.max(scores, 1))
+            alpha = tl.exp(m - m_new)
+            p = tl.exp(scores - m_new[:, None])
+            l_sum = l_sum * alpha + tl.sum(p, 1)
+            v = tl.load(
+                v_base + (blk * stride_vblk + slot * stride_vslot)[:, None] + offs_d[None, :],
+                mask=nd_mask,
+                other=0.0,
+            ).to(tl.float32)
+            acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PRECISION)
+            m = m_new
 
     has = l_sum > 0
     out = tl.where(has[:, None], acc / tl.where(has, l_sum, 1.0)[:, None], 0.0)

@@ -1,0 +1,68 @@
+"""Shared by the Triton kernel tests: tolerances, comparison, interpreted module loading.
+
+Triton (3.9) reads TRITON_INTERPRET when it is first imported (its own `tl.max`, `tl.sum`...
+are jit functions), when a kernel is decorated and when it launches. So a process runs
+either interpreted kernels (no CUDA: the CPU cases) or compiled ones (the `gpu` cases), and
+the CPU cases load private copies of the `*_triton` modules with the variable set.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from types import ModuleType
+
+import torch
+
+# A Triton kernel against the torch reference computed in fp32 from the same (already
+# rounded) inputs: (atol, rtol). For bf16/fp16 this covers rounding the output itself.
+TOLERANCES = {
+    torch.float32: (2e-5, 1e-5),
+    torch.float16: (2e-3, 2e-3),
+    torch.bfloat16: (1.6e-2, 1.6e-2),
+}
+DTYPES = list(TOLERANCES)
+
+_INTERPRETED: dict[str, ModuleType] = {}
+
+
+def import_triton_for_this_process() -> None:
+    """Import triton interpreted unless CUDA is here (and TRITON_INTERPRET is not set)."""
+    if "triton" in sys.modules:
+        return
+    if torch.cuda.is_available() and not os.environ.get("TRITON_INTERPRET"):
+        importlib.util.find_spec("triton")  # compiled mode: imported when first used
+        return
+    old = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        pass  # the `kernels` fixture reports it
+    finally:
+        if old is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = old
+
+
+def triton_is_interpreted() -> bool:
+    import triton.language.standard as standard
+
+    return type(standard.max).__name__ == "InterpretedFunction"
+
+
+def load_interpreted(name: str) -> ModuleType:
+    """A private copy of `pipeline.kernels.<name>_triton`; TRITON_INTERPRET=1 must be set."""
+    if name not in _INTERPRETED:
+        spec = importlib.util.find_spec(f"pipeline.kernels.{name}_triton")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)  # decorates the kernels as interpreted functions
+        _INTERPRETED[name] = module
+    return _INTERPRETED[name]
+
+
+def assert_close(got: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> None:
+    atol, rtol = TOLERANCES[dtype]
+    torch.testing.assert_close(got.float().cpu(), ref.float().cpu(), atol=atol, rtol=rtol)

@@ -75,8 +75,8 @@ class StepwiseClient:
         """Events and Results of these jobs until every Result is in.
 
         Events and Results travel on different topics, so a Result can overtake its job's
-        last events: after an ok Result, reading goes on until that job's `final` event is in
-        (or `grace_s` passes).
+        last events: after an ok or cached Result, reading goes on until that job's `final`
+        event is in (or `grace_s` passes).
         """
         assert self.consumer is not None
         loop = asyncio.get_running_loop()
@@ -98,7 +98,7 @@ class StepwiseClient:
                         continue
                     if tp.topic == self.topics.results:
                         result = schema.decode(r.value, schema.Result)
-                        if result.id in waiting and result.status == "ok":
+                        if result.id in waiting and result.status in ("ok", "cached"):
                             finals[result.id] = loop.time() + grace_s
                         waiting.discard(result.id)
                         yield result

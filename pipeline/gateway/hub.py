@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 from pipeline import schema
 
 Item = schema.Event | schema.Result
+HAS_FINAL = ("ok", "cached")  # Result statuses whose job also publishes a `final` event
 
 
 class SlowConsumer(Exception):
@@ -64,8 +65,9 @@ class Subscription:
     async def items(self, grace_s: float = 2.0) -> AsyncIterator[Item]:
         """Events in seq order, then the Result; raises SlowConsumer on overflow.
 
-        Events and Results travel on different topics, so an ok Result can overtake the last
-        events: it is held until the `final` (or `error`) event is out, at most `grace_s`.
+        Events and Results travel on different topics, so an ok (or cached) Result can overtake
+        the last events: it is held until the `final` (or `error`) event is out, at most
+        `grace_s`.
         """
         loop = asyncio.get_running_loop()
         held: schema.Result | None = None
@@ -77,7 +79,7 @@ class Subscription:
             if self.pending:
                 item = self._pop()
                 if isinstance(item, schema.Result):
-                    if item.status == "ok" and not saw_end:
+                    if item.status in HAS_FINAL and not saw_end:
                         held, deadline = item, loop.time() + grace_s
                         continue
                     yield item

@@ -44,6 +44,13 @@ async def test_ok_result_waits_for_final_event_within_grace():
     hub.add_event(ev(1, "final"))
     items = await collect(sub, grace_s=5)
     assert [type(i).__name__ for i in items] == ["Event", "Event", "Result"]
+    cached = hub.subscribe("j3")  # an answer-cache hit: accepted + final, and its Result
+    hub.add_result(res("j3", status="cached"))
+    hub.add_event(ev(0, "accepted", job_id="j3"))
+    hub.add_event(ev(1, "final", job_id="j3"))
+    assert [type(i).__name__ for i in await collect(cached, grace_s=5)] == [
+        "Event", "Event", "Result"
+    ]  # fmt: skip
     lone = hub.subscribe("j2")
     hub.add_result(res("j2"))  # no final event ever: the grace ends it
     assert len(await collect(lone)) == 1

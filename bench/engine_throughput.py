@@ -3,6 +3,8 @@
     python bench/engine_throughput.py [--model smollm2] [--dtypes float32,bfloat16]
         [--num-requests 32] [--seed 0] [--sides hf,vllm,stepwise] [--threads 2]
         [--vllm-threads-bind auto,all] [--json-out FILE]
+    python bench/engine_throughput.py --device cuda --random-model qwen2.5-1.5b \
+        --num-requests 256 --dtypes bfloat16   # the GPU half (issue 9)
 
 Every side gets the same seeded token-id prompts (16-256 tokens) and generates exactly the
 same number of tokens per request (16-128; greedy, EOS ignored), so tokens/s compare like for
@@ -10,7 +12,11 @@ like. Only generation is timed (each side is warmed up first; vLLM's start-up is
 apart). vLLM runs once per --vllm-threads-bind value and the fastest is the peer: its default
 `auto` keeps one of the cores for its scheduler. Targets (issue 2): >= 2.5x HF, >= 1.0x vLLM,
 engine FLOP/s >= 50% of this machine's matmul FLOP/s measured here for the same shapes.
-The last line printed is one JSON object.
+On a GPU (--device cuda; sides hf,stepwise, max_num_seqs = requests) the physical bound is
+the roofline instead: every step reads the weights once plus each running sequence's KV, at
+the device-to-device copy bandwidth measured in the same run; targets (issue 9): >= 10x HF,
+>= 50% of the roofline. --random-model writes a random-weight checkpoint of a real model's
+shape once (under .cache/random-models/). The last line printed is one JSON object.
 """
 
 from __future__ import annotations
@@ -70,13 +76,16 @@ def make_requests(
 # -- sides ------------------------------------------------------------------------------------
 
 
-def run_hf(path: Path, dtype: str, reqs: list[BenchRequest], threads: int) -> SideResult:
+def run_hf(
+    path: Path, dtype: str, reqs: list[BenchRequest], threads: int, device: str = "cpu"
+) -> SideResult:
     """One static batch, left-padded; every row decodes max(out_len) tokens."""
     import torch
     from transformers import AutoModelForCausalLM, GenerationConfig
 
     torch.set_num_threads(threads)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).eval()
+    model = model.to(device)
     pad = model.config.pad_token_id if model.config.pad_token_id is not None else 0
 
     def batch(prompts: list[list[int]]) -> dict:
@@ -86,7 +95,7 @@ def run_hf(path: Path, dtype: str, reqs: list[BenchRequest], threads: int) -> Si
         for i, p in enumerate(prompts):  # left padding
             ids[i, width - len(p) :] = torch.tensor(p)
             mask[i, width - len(p) :] = 1
-        return {"input_ids": ids, "attention_mask": mask}
+        return {"input_ids": ids.to(device), "attention_mask": mask.to(device)}
 
     def gen_config(n: int) -> GenerationConfig:
         # No EOS at all (rather than min_new_tokens, which masks EOS out of the argmax): rows
@@ -100,7 +109,7 @@ def run_hf(path: Path, dtype: str, reqs: list[BenchRequest], threads: int) -> Si
         inputs = batch([r.prompt for r in reqs])
         max_out = max(r.out_len for r in reqs)
         t0 = time.perf_counter()
-        out = model.generate(**inputs, generation_config=gen_config(max_out))
+        out = model.generate(**inputs, generation_config=gen_config(max_out)).cpu()
         wall = time.perf_counter() - t0
     width = inputs["input_ids"].shape[1]
     tokens = [out[i, width : width + r.out_len].tolist() for i, r in enumerate(reqs)]
@@ -165,17 +174,24 @@ def run_vllm(
     return SideResult("vllm", data["wall_s"], data["token_ids"], extra)
 
 
-def run_stepwise(path: Path, dtype: str, reqs: list[BenchRequest], threads: int) -> SideResult:
+def run_stepwise(
+    path: Path, dtype: str, reqs: list[BenchRequest], threads: int, device: str = "cpu"
+) -> SideResult:
     from pipeline.engine import Engine, EngineConfig, SamplingParams
 
+    gpu = device != "cpu"
     engine = Engine(
         EngineConfig(
             model=str(path),
             dtype=dtype,
-            device="cpu",
-            max_num_seqs=MAX_NUM_SEQS,
+            device=device,
+            # On a GPU every request runs at once (the roofline's schedule assumes it).
+            max_num_seqs=len(reqs) if gpu else MAX_NUM_SEQS,
             max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
             num_threads=threads,
+            kv_cache_memory_gb=16.0 if gpu else 1.0,
+            # CUDA graphs size their block tables (and attention splits) by this length.
+            max_model_len=PROMPT_LEN[1] + OUTPUT_LEN[1] + 64 if gpu else None,
         )
     )
 
@@ -326,6 +342,97 @@ def matmul_seconds(
     return total, wins
 
 
+# -- the GPU roofline (issue 9) ---------------------------------------------------------------
+
+RANDOM_MODELS = {
+    # Qwen2.5-1.5B's shape (config.json of Qwen/Qwen2.5-1.5B-Instruct), random weights.
+    "qwen2.5-1.5b": {
+        "architectures": ["Qwen2ForCausalLM"],
+        "model_type": "qwen2",
+        "hidden_size": 1536,
+        "intermediate_size": 8960,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 12,
+        "num_key_value_heads": 2,
+        "vocab_size": 151936,
+        "max_position_embeddings": 32768,
+        "rope_theta": 1000000.0,
+        "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": True,
+        "hidden_act": "silu",
+    },
+}
+
+
+def random_model(name: str, dtype: str = "bfloat16") -> Path:
+    """Write (once) a random-weight checkpoint of a known model's shape; returns its dir."""
+    path = ROOT / ".cache" / "random-models" / name
+    if (path / "config.json").is_file():
+        return path
+    import torch
+    import transformers
+
+    cfg = transformers.Qwen2Config(**RANDOM_MODELS[name])
+    torch.manual_seed(0)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    with torch.device(device):
+        model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=getattr(torch, dtype))
+    model.save_pretrained(path)
+    return path
+
+
+def step_bytes(d: dict, reqs: list[BenchRequest], itemsize: int) -> list[float]:
+    """Bytes each step of `schedule` must move at least: every layer's weights and lm_head
+    once, plus the KV of every running sequence's context (read; for prompt chunks, the
+    chunk's KV written). Embedding lookups and norms are negligible and left out."""
+    kv_token = d["layers"] * 2 * d["kv_heads"] * d["head_dim"] * itemsize
+    per_layer = sum(k * n for k, n in linear_shapes(d))
+    weights = (d["layers"] * per_layer + d["hidden"] * d["vocab"]) * itemsize
+    steps = schedule(reqs)
+    num_prefill = len(steps) - (max(r.out_len for r in reqs) - 1)
+    out = []
+    for i, (rows, _) in enumerate(steps):
+        if i < num_prefill:
+            out.append(weights + rows * kv_token)
+            continue
+        t = i - num_prefill + 1  # decode step t: requests with out_len > t feed token t
+        ctx = sum(len(r.prompt) + t for r in reqs if r.out_len > t)
+        out.append(weights + ctx * kv_token)
+    return out
+
+
+def cuda_copy_bandwidth(nbytes: int = 1 << 30) -> float:
+    """Bytes/s of a device-to-device copy (read + write), median of 20 after warm-up."""
+    import torch
+
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    times = []
+    for i in range(25):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        torch.cuda.synchronize()
+        if i >= 5:
+            times.append(start.elapsed_time(end) / 1e3)
+    times.sort()
+    return 2 * nbytes / times[len(times) // 2]
+
+
+def gpu_roofline(fig: dict, d: dict, reqs, dtype: str, stepwise: SideResult | None) -> None:
+    import torch
+
+    itemsize = torch.tensor([], dtype=getattr(torch, dtype)).element_size()
+    bw = cuda_copy_bandwidth()
+    bound_s = sum(step_bytes(d, reqs, itemsize)) / bw
+    fig["gpu"] = torch.cuda.get_device_name()
+    fig["copy_gbps"] = bw / 1e9
+    fig["roofline_s"] = bound_s
+    if stepwise is not None:
+        fig["roofline_fraction"] = bound_s / stepwise.wall_s
+
+
 # -- reporting --------------------------------------------------------------------------------
 
 
@@ -366,13 +473,13 @@ def bench_dtype(args, path: Path, dims: dict, reqs: list[BenchRequest], dtype: s
     for side in args.sides:
         print(f"[{dtype}] {side} ...", file=sys.stderr, flush=True)
         if side == "hf":
-            res = run_hf(path, dtype, reqs, args.threads)
+            res = run_hf(path, dtype, reqs, args.threads, args.device)
         elif side == "vllm":
             res = best_vllm(path, dtype, reqs, args, fig)
             if res is None:
                 continue
         else:
-            res = run_stepwise(path, dtype, reqs, args.threads)
+            res = run_stepwise(path, dtype, reqs, args.threads, args.device)
         lengths_ok = [len(t) for t in res.token_ids] == [r.out_len for r in reqs]
         results[side] = res
         fig[side] = {"tok_s": useful / res.wall_s, "wall_s": res.wall_s, "lengths_ok": lengths_ok}
@@ -388,6 +495,10 @@ def bench_dtype(args, path: Path, dims: dict, reqs: list[BenchRequest], dtype: s
         for a, b in (("stepwise", "hf"), ("stepwise", "vllm"), ("hf", "vllm"))
         if a in results and b in results
     }
+    if args.device != "cpu":
+        gpu_roofline(fig, dims, reqs, dtype, results.get("stepwise"))
+        fig["load_avg_end"] = load_avg()
+        return fig
     flops = useful_flops(dims, reqs)
     mm_s, fig["matmul_paths"] = matmul_seconds(dims, reqs, dtype, args.threads)
     machine = (flops["linear"] + flops["lm_head"]) / mm_s
@@ -487,6 +598,13 @@ def print_table(dtype: str, fig: dict, reqs: list[BenchRequest]) -> None:
     for key, label in (("ratio_hf", "stepwise / HF"), ("ratio_vllm", "stepwise / vLLM")):
         if fig.get(key) is not None:
             print(f"{label:<16} {fig[key]:.2f}x")
+    if "roofline_s" in fig:
+        frac = fig.get("roofline_fraction")
+        print(
+            f"roofline ({fig['gpu']}): copy {fig['copy_gbps']:.0f} GB/s, weights + KV per step "
+            f"-> {fig['roofline_s']:.2f} s bound; engine at "
+            + (f"{100 * frac:.0f}%" if frac is not None else "-")
+        )
     if "matmul_fraction" in fig:
         print(
             f"matmul roofline  {fig['matmul_gflops']:.1f} GFLOP/s measured for the same shapes "
@@ -516,7 +634,16 @@ def main(argv: list[str] | None = None) -> int:
         "auto (vLLM's default, keeps one core for its scheduler), all (cores 0..threads-1)",
     )
     ap.add_argument("--json-out", type=Path)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument(
+        "--random-model",
+        choices=sorted(RANDOM_MODELS),
+        help="a random-weight checkpoint of this shape instead of --model (written once)",
+    )
     args = ap.parse_args(argv)
+    if args.device == "cuda" and "vllm" in args.sides.split(","):
+        print("--device cuda: vLLM (GPU) is not a side here; running hf,stepwise", file=sys.stderr)
+        args.sides = ",".join(s for s in args.sides.split(",") if s != "vllm")
     args.sides = [s for s in args.sides.split(",") if s]
     if unknown := set(args.sides) - {"hf", "vllm", "stepwise"}:
         ap.error(f"unknown sides {sorted(unknown)}")
@@ -525,7 +652,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, str(ROOT))
     from pipeline.engine.prepare import resolve_model
 
-    path = resolve_model(args.model)
+    path = random_model(args.random_model) if args.random_model else resolve_model(args.model)
     dims = model_dims(path)
     reqs = make_requests(args.num_requests, args.seed, dims["vocab"])
     print(
@@ -534,7 +661,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     summary: dict = {
         "bench": "engine_throughput",
-        "model": args.model,
+        "model": f"random:{args.random_model}" if args.random_model else args.model,
+        "device": args.device,
         "threads": args.threads,
         "num_requests": len(reqs),
         "seed": args.seed,
@@ -546,7 +674,7 @@ def main(argv: list[str] | None = None) -> int:
         print_table(dtype, fig, reqs)
         summary[dtype] = fig
     # Headline figures: the worst dtype, so a target is met only if it is met for all.
-    for key in ("ratio_hf", "ratio_vllm", "matmul_fraction"):
+    for key in ("ratio_hf", "ratio_vllm", "matmul_fraction", "roofline_fraction"):
         vals = [summary[d].get(key) for d in args.dtypes.split(",")]
         summary[key] = min(vals) if vals and None not in vals else None
     summary["load_avg_end"] = load_avg()

@@ -157,12 +157,14 @@ class Tally:
         self.opened = 0
         self.errors: list[str] = []
         self.last_ms: float | None = None
+        self.num_cached = 0
 
     def take(self, item) -> None:
         from pipeline import schema
 
         if isinstance(item, schema.Result):
             self.finished.add(item.id)
+            self.num_cached += item.status == "cached"  # answer-cache hits: accepted + final
             return
         t = self.last_ms = now_ms()
         self.latencies.append(t - item.ts_ms)
@@ -320,6 +322,7 @@ async def run_load(args, bootstrap: str, prefix: str, port: int, gateway_pid: in
         gw_seqs = tally.seqs
     gw = figures(tally.latencies, gw_seqs, expected, t0_ms, tally.last_ms)
     gw["jobs_finished"] = len(tally.finished)
+    gw["jobs_cached"] = tally.num_cached
     gw["resumes"] = sum(c.num_resumes for c in clients)
     gw["duplicates_dropped_by_client"] = sum(c.num_duplicates for c in clients)
     gw["client_errors"] = len(tally.errors)
@@ -385,7 +388,8 @@ def main() -> int:
             f"{f['out_of_order']:>9}"
         )
     print(
-        f"jobs finished {gw['jobs_finished']}, resumes {gw['resumes']}, duplicates dropped by "
+        f"jobs finished {gw['jobs_finished']} ({gw['jobs_cached']} cached), "
+        f"resumes {gw['resumes']}, duplicates dropped by "
         f"clients {gw['duplicates_dropped_by_client']}, client errors {gw['client_errors']}; "
         f"gateway CPU {gw['gateway_cpu_s']} s ({gw['gateway_cpu_us_per_event']} us/event), "
         f"clients' CPU {gw['clients_cpu_s']} s"

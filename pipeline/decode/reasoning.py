@@ -57,7 +57,10 @@ class ReasoningConfig:
     early_exit: bool = False
     probe_every: int = 1  # probe after every n-th step (the budget's "probe effort"; 0: never)
     probe_agree: int = 2  # exit when this many consecutive probes give the same answer
-    probe_confidence: float = 0.95  # ... or when one probe's mean token probability reaches it
+    # ... or when one probe's mean token probability reaches this (None: off). Off by default:
+    # the tiny reasoner answers its first step's value with p > 0.99, right or wrong, and this
+    # criterion cost 50-67 accuracy points (bench/early_exit.py, bench/RESULTS.md).
+    probe_confidence: float | None = None
 
     def __post_init__(self) -> None:
         if self.verify not in VERIFY_MODES:
@@ -272,7 +275,7 @@ class Reasoner:
         self.answers.append((step_key, normalize_answer(answer)))
         last = [a for _, a in self.answers[-self.config.probe_agree :]]
         agree = len(last) == self.config.probe_agree and len(set(last)) == 1
-        sure = mean_p >= self.config.probe_confidence
+        sure = self.config.probe_confidence is not None and mean_p >= self.config.probe_confidence
         verified = all(s.verdict not in (None, CONTRADICTED) for s in self.chain[: index + 1])
         if not (agree or sure) or not verified:
             return []

@@ -117,6 +117,6 @@ def test_every_probe_token_is_paid_for_even_when_the_job_ends_first(engine, monk
 
     monkeypatch.setattr(ReasoningDriver, "_start_probe", recording)
     # Probes that never agree: the job ends on its own, some probes still running then.
-    out = run(engine, "off", None, early_exit=True, probe_agree=99, probe_confidence=1.01)
+    out = run(engine, "off", None, early_exit=True, probe_agree=99)
     assert out.stop_reason != "early_exit" and len(started) >= 2
     assert out.probe_tokens == sum(p.num_output_tokens for p in started) > 0

@@ -213,7 +213,7 @@ def early(verify="off", **kw):
 
 
 def test_two_agreeing_probes_end_the_job_early():
-    r = early(probe_agree=2, probe_confidence=2.0)
+    r = early(probe_agree=2)
     acts, _ = add_step(r, 10, "3 + 4 = 7")
     (p1,) = only(acts, Probe)
     acts, _ = add_step(r, 19, "7 * 2 = 14")
@@ -245,3 +245,10 @@ def test_a_probe_of_a_rolled_back_step_is_ignored():
     (probe,) = only(acts, Probe)
     r.on_verdict(k, "contradicted", "", 0.1)
     assert r.on_probe(probe.key, "8", 1.0, 2) == [] and r.num_probe_tokens == 2
+
+
+def test_confidence_alone_ends_nothing_by_default():
+    r = early(probe_agree=2)
+    acts, _ = add_step(r, 10, "3 + 4 = 7")
+    (probe,) = only(acts, Probe)
+    assert r.on_probe(probe.key, "7", 1.0, 2) == [] and not r.finished

@@ -176,30 +176,10 @@ def run_stack(mode: str, args, problems, rates) -> list[dict]:
 def early_exit_saving(n: int) -> dict:
     """Tokens per problem with and without early exit (verify off), same problems and seeds."""
     import torch
-
-    from pipeline.decode.reasoning import ReasoningConfig
-    from pipeline.engine import Engine, EngineConfig, SamplingParams
-    from pipeline.evals.problems import format_prompt
-    from pipeline.evals.runner import DEFAULT_MODEL
-    from pipeline.evals.tasks import load_problems, score
-    from pipeline.evals.verified import generate_verified
+    from early_exit import run  # bench/early_exit.py: the policy sweep this is one row of
 
     torch.set_num_threads(1)
-    problems = load_problems("indist", n, 0)
-    prompts = [format_prompt(p) for p in problems]
-    out = {}
-    for name, early in (("off", False), ("early_exit", True)):
-        engine = Engine(EngineConfig(model=str(DEFAULT_MODEL), dtype="float32"))
-        params = [SamplingParams(temperature=1.0, max_tokens=512, seed=i) for i in range(n)]
-        cfg = ReasoningConfig(verify="off", early_exit=early)
-        outs = generate_verified(engine, prompts, [p.premises for p in problems], params, cfg, None)
-        out[name] = {
-            "accuracy": sum(score(p, o.text)[1] >= 1 for p, o in zip(problems, outs, strict=True))
-            / n,
-            "mean_tokens": sum(o.num_tokens for o in outs) / n,
-            "probe_tokens": sum(o.probe_tokens for o in outs) / n,
-            "exits": sum(o.stop_reason == "early_exit" for o in outs),
-        }
+    out = {"off": run(n, "off", None, 1.0), "early_exit": run(n, "off", (2, None), 1.0)}
     off, ee = out["off"], out["early_exit"]
     out["token_saving"] = 1 - ee["mean_tokens"] / off["mean_tokens"]
     out["accuracy_delta_points"] = 100 * (ee["accuracy"] - off["accuracy"])

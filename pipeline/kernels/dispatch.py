@@ -2,13 +2,14 @@
 
 STEPWISE_KERNELS=auto (default) | triton | torch, read on every call so tests can flip it:
 `triton` forces the Triton kernels on any device (on CPU that needs TRITON_INTERPRET=1 set
-before the `*_triton` modules are imported: Triton reads it when a function is decorated);
+before Triton is first imported: it reads it at import, decoration and launch);
 `torch` forces the references everywhere (a GPU run without Triton, or to compare).
 The `*_triton` modules are imported only when first chosen, so Triton stays optional.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 from types import ModuleType
@@ -32,6 +33,7 @@ def backend() -> str:
     return value
 
 
+@functools.cache
 def has_triton() -> bool:
     try:
         import triton  # noqa: F401

@@ -106,11 +106,21 @@ def finish(
     text = tokenizer.decode(seq.output_token_ids)
     answer = None if r.gave_up else parse_answer(text)
     stop = r.result_stop_reason(seq.finish_reason)
+    # The engine gave up on the sequence (vLLM: the server failed its step): not an answer.
+    failed = seq.finish_reason == "error"
+    if failed:
+        answer, stop = None, "error"
     events.append(run.event("final", now_ms, text=answer or "", detail=stop))
     start = h.created_ms or h.admitted_ms
     result = schema.Result(
         id=h.id,
-        status="ok",
+        status="error" if failed else "ok",
+        error=schema.ErrorInfo(
+            code="engine_error",
+            message="the engine failed this job's sequence (see the decode worker's log)",
+        )
+        if failed
+        else None,
         tenant=h.tenant,
         slo_class=h.slo.class_,
         model=h.model,

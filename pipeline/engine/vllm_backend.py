@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections import deque
 from collections.abc import Sequence as Seq
 from pathlib import Path
 
@@ -65,8 +66,19 @@ class VLLMEngine:
     has_unfinished = Engine.has_unfinished
     request_output = Engine.request_output
 
-    def __init__(self, config: EngineConfig, url: str = "", streams=None, log_path=None) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        url: str = "",
+        streams=None,
+        log_path=None,
+        step_stops: bool = True,
+    ) -> None:
         self.config = config
+        # True: every submission ends at the step delimiter (one request per step). False: a
+        # submission runs until a finish and is only cut by pause / rollback / appended tokens
+        # (bench/stepwise_vs_vllm.py measures both).
+        self.step_stops = step_stops
         path = Path(config.model)
         self.model_config = mc = ModelConfig.from_dir(path)
         self.tokenizer = Tokenizer(path)
@@ -96,6 +108,8 @@ class VLLMEngine:
         self.seqs: dict[str, Sequence] = {}
         self.live: dict[str, str] = {}  # request id -> its submission in flight
         self.owner: dict[str, str] = {}  # submission -> request id
+        self.buffered: dict[str, deque[tuple[int, float]]] = {}  # arrived, not handed out yet
+        self.streamed: set[str] = set()  # request ids whose submission has sent its last token
         self.stats = EngineStats()
         self.num_submissions = 0
         self.num_resubmitted_tokens = 0  # prompt tokens sent again (prefix-cache hits, mostly)
@@ -136,6 +150,8 @@ class VLLMEngine:
     # -- step-aware control (vLLM: by resubmission) -------------------------------------------
 
     def _drop_submission(self, request_id: str) -> None:
+        self.buffered.pop(request_id, None)
+        self.streamed.discard(request_id)
         if (sub := self.live.pop(request_id, None)) is not None:
             self.owner.pop(sub, None)
             self.streams.cancel(sub)
@@ -197,14 +213,15 @@ class VLLMEngine:
     # -- the step -----------------------------------------------------------------------------
 
     def step(self, timeout_s: float = 0.2) -> list[TokenOutput]:
-        """Submit every runnable sequence that has no step in flight, then return the tokens
-        that arrived (waiting up to `timeout_s` for the first)."""
+        """Submit every runnable sequence that has no step in flight, take in the tokens that
+        arrived (waiting up to `timeout_s` if none is buffered), and hand out at most one token
+        per sequence, as the native engine does: the caller acts on each token before the next
+        (pause after the first, a held finish, a step end) whatever vLLM sent at once."""
         t0 = time.perf_counter()
-        outputs: list[TokenOutput] = []
         for seq in list(self.seqs.values()):
             if seq.status in _LIVE and seq.request_id not in self.live:
                 self._submit(seq)
-        wait = timeout_s if self.live else 0.0
+        wait = timeout_s if self.live and not self.buffered else 0.0
         for d in self.streams.poll(wait):
             rid = self.owner.get(d.sub_id)
             seq = self.seqs.get(rid) if rid is not None else None
@@ -214,15 +231,18 @@ class VLLMEngine:
                 log.error("%s: vLLM failed: %s", rid, d.error)
                 self._end(seq, "error")
                 continue
-            for token, logprob in zip(d.token_ids, d.logprobs, strict=False):
-                out = self._append_token(seq, token, logprob)
-                outputs.append(out)
-                if out.finished or out.paused:
-                    break
-            if d.done and self.live.get(rid) == d.sub_id:
-                # The step ended (delimiter, EOS or its token limit): resubmit next time.
-                del self.live[rid]
-                self.owner.pop(d.sub_id, None)
+            self.buffered.setdefault(rid, deque()).extend(zip(d.token_ids, d.logprobs, strict=True))
+            if d.done:
+                self.streamed.add(rid)
+        outputs: list[TokenOutput] = []
+        for rid, tokens in list(self.buffered.items()):
+            if tokens:
+                outputs.append(self._append_token(self.seqs[rid], *tokens.popleft()))
+            if not tokens and self.buffered.get(rid) is tokens:
+                del self.buffered[rid]
+                if rid in self.streamed:  # the step ended (delimiter, EOS, its token limit)
+                    self.streamed.discard(rid)
+                    self.owner.pop(self.live.pop(rid), None)  # resubmitted next time
         self.stats.num_steps += 1
         self.stats.num_generated_tokens += len(outputs)
         self.stats.step_s += time.perf_counter() - t0
@@ -245,7 +265,9 @@ class VLLMEngine:
                 self._end(seq, "length")
             return
         p = seq.params
-        stop = set(self.step_detector.delimiter_tokens) | set(p.stop_token_ids)
+        stop = set(p.stop_token_ids)
+        if self.step_stops or p.pause_on_step_end:
+            stop |= self.step_detector.delimiter_tokens
         if not p.ignore_eos:
             stop |= self.eos_token_ids
         self.num_submissions += 1

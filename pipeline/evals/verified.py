@@ -44,7 +44,8 @@ def generate_verified(
 
     `stats`, if given, receives `saturated_s` and `saturated_tokens`: time and tokens generated
     (kept or wasted) until fewer sequences are left than the engine runs at once — throughput
-    while the batch is full, before the run's drain tail."""
+    while the batch is full, before the run's drain tail; and `finish_s`: each prompt's time
+    from the start to its completion (its latency, all prompts arriving at once)."""
     drivers: list[ReasoningDriver | None] = []
     for i, (prompt, p) in enumerate(zip(prompts, params, strict=True)):
         ids = engine.encode_prompt(prompt)
@@ -88,6 +89,11 @@ def generate_verified(
             except Exception as e:  # a crashed check is an unknown verdict, not a crashed eval
                 verdict, detail = "unknown", f"checker error: {e!r}"
             send(d, d.verdict(key, verdict, detail, now))
+        if stats is not None:
+            finish = stats.setdefault("finish_s", [0.0] * len(drivers))
+            for d in live:
+                if d.done:
+                    finish[where[id(d)]] = time.perf_counter() - start
         live = [d for d in live if not d.done]
         if live and not engine.has_schedulable and not inflight:
             raise RuntimeError(f"{len(live)} sequences stalled: paused with no check in flight")

@@ -123,17 +123,23 @@ class PrefillWorker(EngineStageWorker):
         live = [s for s in seqs if isinstance(s, Sequence)]
         try:
             first_logprob: dict[str, float] = {}
-            while any(s.num_output_tokens < 1 for s in live):
+            while any(s.num_output_tokens < 1 and not s.is_finished for s in live):
                 for out in engine.step():
                     engine.pause(out.request_id)  # stop after the first token: decode goes on
                     first_logprob[out.request_id] = out.logprob
-            return [
-                s if isinstance(s, StepwiseError) else self._handoff(p, s, first_logprob)
-                for p, s in zip(batch, seqs, strict=True)
-            ]
+            return [self._outcome(p, s, first_logprob) for p, s in zip(batch, seqs, strict=True)]
         finally:
             for s in live:  # blocks stay in the prefix cache for the next prompt
                 engine.abort(s.request_id)
+
+    def _outcome(
+        self, p: _Pending, seq: Sequence | StepwiseError, first_logprob: dict[str, float]
+    ) -> schema.Handoff | StepwiseError:
+        if isinstance(seq, StepwiseError):
+            return seq
+        if seq.num_output_tokens < 1:  # the engine ended it without a token (vLLM: it failed)
+            return StepwiseError("the engine failed this prefill", code="engine_error")
+        return self._handoff(p, seq, first_logprob)
 
     def _handoff(
         self, p: _Pending, seq: Sequence, first_logprob: dict[str, float]

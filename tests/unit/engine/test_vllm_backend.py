@@ -61,6 +61,14 @@ def ids(engine: VLLMEngine, text: str) -> list[int]:
     return engine.tokenizer.encode(text, add_special_tokens=False)
 
 
+def drain(engine: VLLMEngine) -> list:
+    """Step until every token that arrived is handed out (one per sequence per step)."""
+    outs = engine.step()
+    while engine.buffered:
+        outs += engine.step()
+    return outs
+
+
 def start(engine: VLLMEngine, **params) -> tuple[str, list[int]]:
     prompt = ids(engine, "Q: What is 2 + 3?\n")
     engine.add(Request("r", prompt, SamplingParams(seed=7, **params)))
@@ -77,7 +85,9 @@ def test_a_step_is_one_submission_and_the_next_resubmits_the_whole_prefix(engine
     step = ids(engine, "2 + 3 = 5\n")
     engine.streams.send(step[:3])
     engine.streams.send(step[3:], done=True, finish="stop")
-    outs = engine.step()
+    first = engine.step()
+    assert [o.token_id for o in first] == step[:1]  # one token a step, as the native engine
+    outs = first + drain(engine)
     seq = engine.seqs[rid]
     assert [o.token_id for o in outs] == step and outs[-1].ends_step
     assert seq.step_ends == [len(prompt) + len(step)] and seq.cumulative_logprob < 0
@@ -93,7 +103,7 @@ def test_pause_at_step_end_drops_the_tokens_after_it_and_resume_resubmits(engine
     sub, _ = engine.streams.last
     step = ids(engine, "2 + 3 = 5\n")
     engine.streams.send([*step, *ids(engine, "Ans")])  # vLLM ran past the stop (it won't, but)
-    outs = engine.step()
+    outs = drain(engine)
     seq = engine.seqs[rid]
     assert outs[-1].paused and seq.status is SequenceStatus.PAUSED
     assert seq.output_token_ids == step and sub in engine.streams.cancelled
@@ -110,7 +120,7 @@ def test_rollback_discards_resubmits_with_the_new_seed_and_ignores_stale_tokens(
     rid, prompt = start(engine, max_tokens=40, charge_rollbacks=True)
     first = ids(engine, "2 + 3 = 6\n")
     engine.streams.send(first, done=True, finish="stop")
-    engine.step()
+    drain(engine)
     engine.step()  # the next step is in flight
     stale, _ = engine.streams.last
     engine.rollback(rid, len(prompt), seed=99)
@@ -129,7 +139,7 @@ def test_a_held_finish_pauses_until_finish_is_called(engine):
     rid, prompt = start(engine, max_tokens=50, pause_on_finish=True)
     eos = min(engine.eos_token_ids)
     engine.streams.send([*ids(engine, "Answer: 5"), eos], done=True, finish="stop")
-    outs = engine.step()
+    outs = drain(engine)
     seq = engine.seqs[rid]
     assert outs[-1].finish_reason == "stop" and not outs[-1].finished and outs[-1].paused
     assert seq.pending_finish == "stop" and not seq.is_finished
@@ -140,7 +150,7 @@ def test_a_held_finish_pauses_until_finish_is_called(engine):
 def test_the_budget_ends_a_sequence_at_length(engine):
     rid, _ = start(engine, max_tokens=4)
     engine.streams.send(ids(engine, "2 + 3"), done=True, finish="length")
-    outs = engine.step()
+    outs = drain(engine)
     assert outs[-1].finished and outs[-1].finish_reason == "length"
     assert len(outs) == 4 and rid not in engine.seqs  # tokens past the budget are not kept
 
@@ -166,3 +176,14 @@ def test_a_server_error_ends_the_sequence_and_abort_cancels(engine):
     sub_b, _ = engine.streams.last
     engine.abort("b")
     assert sub_b in engine.streams.cancelled and not engine.has_unfinished()
+
+
+def test_tokens_that_arrive_together_are_handed_out_one_a_step(engine):
+    """Prefill pauses each sequence after its first token: it must be able to, even when vLLM
+    sent the second token in the same chunk."""
+    rid, _ = start(engine, max_tokens=2, ignore_eos=True)
+    engine.streams.send(ids(engine, "12"), done=True, finish="length")
+    (out,) = engine.step()
+    engine.pause(out.request_id)
+    seq = engine.seqs[rid]
+    assert seq.num_output_tokens == 1 and not engine.buffered and rid not in engine.live

@@ -52,7 +52,6 @@ def _split_kernel(
     stride_ob,
     stride_oh,
     block_size,
-    tokens_per_split,
     num_splits,
     num_heads,
     GROUP: tl.constexpr,
@@ -67,8 +66,11 @@ def _split_kernel(
     kvh = tl.program_id(1)
     s = tl.program_id(2)
     ctx = tl.load(ctx_ptr + b).to(tl.int32)
-    start = s * tokens_per_split
-    end = tl.minimum(start + tokens_per_split, ctx)
+    # This sequence's own context in num_splits equal slices (whole tiles): every split has
+    # work whatever the block-table width (under CUDA graphs it is max_model_len's).
+    per_split = tl.cdiv(tl.cdiv(ctx, num_splits), BLOCK_N) * BLOCK_N
+    start = s * per_split
+    end = tl.minimum(start + per_split, ctx)
 
     offs_g = tl.arange(0, BLOCK_G)
     offs_d = tl.arange(0, BLOCK_D)
@@ -89,33 +91,30 @@ def _split_kernel(
     m = tl.full([BLOCK_G], float("-inf"), tl.float32)
     l_sum = tl.zeros([BLOCK_G], tl.float32)
     acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
-    # Whole split, tiles past this row's context skipped (one loop bound per launch).
-    for i in range(0, tokens_per_split, BLOCK_N):
-        n0 = start + i
-        if n0 < end:
-            tok = n0 + offs_n
-            n_mask = tok < end
-            blk = tl.load(bt_row + tok // block_size, mask=n_mask, other=0).to(tl.int64)
-            slot = (tok % block_size).to(tl.int64)
-            nd_mask = n_mask[:, None] & d_mask[None, :]
-            k = tl.load(
-                k_base + (blk * stride_kblk + slot * stride_kslot)[:, None] + offs_d[None, :],
-                mask=nd_mask,
-                other=0.0,
-            ).to(tl.float32)  # [N, D]
-            scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale  # [G, N]
-            scores = tl.where(n_mask[None, :], scores, float("-inf"))
-            m_new = tl.maximum(m, tl.max(scores, 1))
-            alpha = tl.exp(m - m_new)
-            p = tl.exp(scores - m_new[:, None])
-            l_sum = l_sum * alpha + tl.sum(p, 1)
-            v = tl.load(
-                v_base + (blk * stride_vblk + slot * stride_vslot)[:, None] + offs_d[None, :],
-                mask=nd_mask,
-                other=0.0,
-            ).to(tl.float32)
-            acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PRECISION)
-            m = m_new
+    for n0 in range(start, end, BLOCK_N):
+        tok = n0 + offs_n
+        n_mask = tok < end
+        blk = tl.load(bt_row + tok // block_size, mask=n_mask, other=0).to(tl.int64)
+        slot = (tok % block_size).to(tl.int64)
+        nd_mask = n_mask[:, None] & d_mask[None, :]
+        k = tl.load(
+            k_base + (blk * stride_kblk + slot * stride_kslot)[:, None] + offs_d[None, :],
+            mask=nd_mask,
+            other=0.0,
+        ).to(tl.float32)  # [N, D]
+        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale  # [G, N]
+        scores = tl.where(n_mask[None, :], scores, float("-inf"))
+        m_new = tl.maximum(m, tl.max(scores, 1))
+        alpha = tl.exp(m - m_new)
+        p = tl.exp(scores - m_new[:, None])
+        l_sum = l_sum * alpha + tl.sum(p, 1)
+        v = tl.load(
+            v_base + (blk * stride_vblk + slot * stride_vslot)[:, None] + offs_d[None, :],
+            mask=nd_mask,
+            other=0.0,
+        ).to(tl.float32)
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PRECISION)
+        m = m_new
 
     has = l_sum > 0
     out = tl.where(has[:, None], acc / tl.where(has, l_sum, 1.0)[:, None], 0.0)
@@ -221,8 +220,6 @@ def paged_decode_attention_triton(
     # An upper bound from shapes only: no device sync, so this works under CUDA-graph capture.
     max_tokens = block_tables.shape[1] * block_size
     splits = num_splits_for(b, kvh, max_tokens, block_n, q.device)
-    tokens_per_split = triton.cdiv(triton.cdiv(max_tokens, splits), block_n) * block_n
-    splits = max(1, triton.cdiv(max_tokens, tokens_per_split))
     ws = workspace if workspace is not None else {}
     part = lse = out  # unused placeholders when there is a single split
     if splits > 1:
@@ -238,7 +235,7 @@ def paged_decode_attention_triton(
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         block_tables.stride(0), out.stride(0), out.stride(1),
-        block_size, tokens_per_split, splits, h,
+        block_size, splits, h,
         GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)), HEAD_DIM=d,
         BLOCK_D=triton.next_power_of_2(d), BLOCK_N=block_n, SPLIT=splits > 1,
         PRECISION=precision,

@@ -9,8 +9,11 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
 
 # (module, kernel, pointer/float argument types, constexprs); other arguments are i32.
 CASES = [
@@ -90,7 +93,7 @@ def compiled(tmp_path_factory) -> list:
     env.update(
         TRITON_CACHE_DIR=str(tmp_path_factory.mktemp("triton-cache")),  # compile, no cache hit
         TRITON_DEFAULT_FP_FUSION="1",
-        PYTHONPATH=os.getcwd(),
+        PYTHONPATH=str(ROOT),
     )
     out = subprocess.run(
         [sys.executable, "-c", COMPILE],

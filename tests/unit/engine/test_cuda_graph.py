@@ -103,7 +103,8 @@ def test_padded_static_forward_gives_the_same_tokens_on_cpu(llama_dir):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_cuda_graphs_give_the_same_tokens_as_eager(llama_dir, monkeypatch):
-    kw = dict(model=str(llama_dir), dtype="bfloat16", device="cuda", max_num_seqs=6)
+    # fp32: a padded batch may take another GEMM algorithm; bf16 rounding could flip a token.
+    kw = dict(model=str(llama_dir), dtype="float32", device="cuda", max_num_seqs=6)
     monkeypatch.setenv("STEPWISE_CUDA_GRAPHS", "0")
     eager = Engine(EngineConfig(**kw))
     assert eager.runner.graphs is None

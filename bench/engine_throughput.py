@@ -174,6 +174,51 @@ def run_vllm(
     return SideResult("vllm", data["wall_s"], data["token_ids"], extra)
 
 
+def run_vllm_backend(path: Path, dtype: str, reqs: list[BenchRequest]) -> SideResult | str:
+    """The vLLM column through Stepwise's backend (pipeline/engine/vllm_backend.py): a vLLM
+    OpenAI server, one streamed completion per step of each request (resubmitted at every
+    step delimiter, as the pipeline runs it), token ids over HTTP."""
+    from pipeline.config import EngineConfig
+    from pipeline.engine import SamplingParams
+    from pipeline.engine.vllm_backend import VLLMEngine
+    from pipeline.engine.vllm_server import VLLMError, VLLMServer, VLLMServerConfig
+
+    max_len = PROMPT_LEN[1] + OUTPUT_LEN[1] + 64
+    server = VLLMServer(
+        VLLMServerConfig(
+            str(path), dtype=dtype, max_num_seqs=MAX_NUM_SEQS, max_model_len=max_len, kv_cache_gb=2
+        )
+    )
+    try:
+        server.start()
+    except VLLMError as e:
+        return str(e)
+    try:
+        config = EngineConfig(
+            model=str(path), dtype=dtype, max_num_seqs=MAX_NUM_SEQS, max_model_len=max_len
+        )
+        engine = VLLMEngine(config, url=server.url)
+
+        def params(n: int) -> SamplingParams:
+            return SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
+
+        engine.generate([[MIN_TOKEN_ID + i] * (8 + 16 * i) for i in range(4)], params(8))
+        t0 = time.perf_counter()
+        outs = engine.generate([r.prompt for r in reqs], [params(r.out_len) for r in reqs])
+        wall = time.perf_counter() - t0
+        extra = {
+            "startup_s": server.startup_s,
+            "block_size": server.config.block_size,
+            "threads_bind": "nobind (via Stepwise's backend)",
+            "worker_cores": None,
+            "submissions": engine.num_submissions,
+        }
+        engine.close()
+        return SideResult("vllm", wall, [o.token_ids for o in outs], extra)
+    finally:
+        server.stop()
+
+
 def run_stepwise(
     path: Path, dtype: str, reqs: list[BenchRequest], threads: int, device: str = "cpu"
 ) -> SideResult:
@@ -536,8 +581,13 @@ def best_vllm(path: Path, dtype: str, reqs, args, fig: dict) -> SideResult | Non
     """Run vLLM under each binding; the fastest is the peer (the others are reported too)."""
     useful = sum(r.out_len for r in reqs)
     best: SideResult | None = None
-    for bind in vllm_binds(args.vllm_threads_bind, args.threads):
-        res = run_vllm(path, dtype, reqs, bind)
+    via_backend = getattr(args, "vllm_via", "direct") == "backend"
+    binds = ["backend"] if via_backend else vllm_binds(args.vllm_threads_bind, args.threads)
+    for bind in binds:
+        if via_backend:  # one run: the backend's server binds no cores
+            res = run_vllm_backend(path, dtype, reqs)
+        else:
+            res = run_vllm(path, dtype, reqs, bind)
         if isinstance(res, str):
             print(f"[{dtype}] vLLM ({bind}) missing: {res}", file=sys.stderr)
             fig.setdefault("vllm_missing", res.splitlines()[0])
@@ -632,6 +682,13 @@ def main(argv: list[str] | None = None) -> int:
         default="auto,all",
         help="comma list of VLLM_CPU_OMP_THREADS_BIND values, each run, the fastest is the peer: "
         "auto (vLLM's default, keeps one core for its scheduler), all (cores 0..threads-1)",
+    )
+    ap.add_argument(
+        "--vllm-via",
+        default="direct",
+        choices=["direct", "backend"],
+        help="direct: vllm.LLM.generate in .venv-vllm; backend: Stepwise's vLLM backend "
+        "(a vLLM server, step-wise resubmission; docs/vllm.md)",
     )
     ap.add_argument("--json-out", type=Path)
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])

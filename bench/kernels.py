@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -28,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(ROOT))
 
+from bench.engine_throughput import git_commit  # noqa: E402
 from pipeline.kernels.kv_store import store_kv_torch  # noqa: E402
 from pipeline.kernels.kv_transfer import export_blocks_torch, import_blocks_torch  # noqa: E402
 from pipeline.kernels.logits_stats import logits_stats_torch  # noqa: E402
@@ -159,19 +159,6 @@ def copy_bandwidth(device: torch.device, nbytes: int = 1 << 30) -> float:
     src = torch.empty(nbytes, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
     return 2 * nbytes / cuda_time(lambda: dst.copy_(src))
-
-
-def git_commit() -> str | None:
-    try:
-        rev = subprocess.run(
-            ["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return rev.stdout.strip() or None
 
 
 def smoke(shapes: Shapes, dtype: torch.dtype) -> dict:

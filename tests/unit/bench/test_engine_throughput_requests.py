@@ -1,4 +1,5 @@
-"""bench/engine_throughput.py: seeded requests, the step schedule and the FLOP count (pure)."""
+"""bench/engine_throughput.py: seeded requests, the step schedule, the FLOP count and the GPU
+roofline's bytes per step (pure)."""
 
 from __future__ import annotations
 
@@ -73,3 +74,33 @@ def test_vllm_binds(bench):
     assert bench.vllm_binds("auto,all", threads=2) == ["auto", "0-1"]
     assert bench.vllm_binds("auto,all", threads=1) == ["auto", "0"]
     assert bench.vllm_binds("0-1,0-1", threads=2) == ["0-1"]
+
+
+SMALL_DIMS = {
+    "hidden": 8,
+    "intermediate": 16,
+    "layers": 2,
+    "heads": 2,
+    "kv_heads": 1,
+    "head_dim": 4,
+    "vocab": 10,
+}
+
+
+def test_step_bytes_count_weights_once_per_step_plus_the_kv_read(bench):
+    reqs = [bench.BenchRequest([100] * 3, 3), bench.BenchRequest([100] * 5, 2)]
+    # One prefill step (8 prompt tokens), then decode steps t = 1 (both), t = 2 (the first).
+    per_layer = (8 * (8 + 2 * 4) + 8 * 8 + 8 * 32 + 16 * 8) * 2  # bf16
+    weights = 2 * per_layer + 8 * 10 * 2
+    kv_token = 2 * 2 * 1 * 4 * 2
+    expected = [weights + 8 * kv_token, weights + (4 + 6) * kv_token, weights + 5 * kv_token]
+    assert bench.step_bytes(SMALL_DIMS, reqs, itemsize=2) == expected
+
+
+def test_the_qwen_shape_is_qwen2_5_1_5b(bench):
+    cfg = bench.RANDOM_MODELS["qwen2.5-1.5b"]
+    assert (cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_key_value_heads"]) == (
+        1536,
+        28,
+        2,
+    )

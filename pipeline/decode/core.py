@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 
@@ -46,14 +47,18 @@ class JobRun:
 
 def token_events(run: JobRun, tokenizer: Tokenizer, now_ms: int) -> list[schema.Event]:
     """A token event for the output tokens not streamed yet (if the job streams tokens)."""
+    if run.handoff.params.stream != "tokens":
+        return []
     out = run.seq.output_token_ids
-    if run.handoff.params.stream != "tokens" or len(out) <= run.emitted_tokens:
-        return []
     text = tokenizer.decode(out)
-    if text.endswith("\ufffd"):  # hold back a partial multi-byte character
+    if text == run.token_text or text.endswith("\ufffd"):  # nothing new, or a partial character
         return []
+    if not text.startswith(run.token_text):
+        # Rolled back under what was streamed (a backtrack, a forced answer, an early exit):
+        # go on from the part both share; step and backtrack events say what was dropped.
+        run.token_text = os.path.commonprefix([text, run.token_text])
     delta, run.token_text, run.emitted_tokens = text[len(run.token_text) :], text, len(out)
-    return [run.event("token", now_ms, text=delta)]
+    return [run.event("token", now_ms, text=delta)] if delta else []
 
 
 def outward(
@@ -80,12 +85,6 @@ def outward(
             )
             continue
         assert isinstance(o, Note)
-        if o.kind == "backtrack":
-            # The sequence was rolled back: the token stream continues from the new end.
-            out = run.seq.output_token_ids
-            if run.emitted_tokens > len(out):
-                run.emitted_tokens = len(out)
-                run.token_text = tokenizer.decode(out)
         if h.params.stream == "none":
             continue
         if o.kind == "step":

@@ -46,7 +46,7 @@ class ReasoningDriver:
         self.seq = seq
         self.reasoner = Reasoner(config, seq.seed, prompt_len=seq.num_prompt_tokens)
         self.probes: dict[str, Sequence] = {}  # probe key -> its side sequence
-        # A finished probe's answer tokens, kept until its ExitWith (if any) is applied.
+        # Finished probes' answer tokens: an exit may come later, with the last verdict.
         self.probe_answers: dict[str, list[int]] = {}
         self.num_appended = 0  # tokens put in by the driver (answer cues), not generated
         self.spliced: dict[int, str] = {}  # step index -> verdict of a step from the cache
@@ -96,12 +96,16 @@ class ReasoningDriver:
                 answer = self.engine.tokenizer.decode(out).strip()
                 mean_p = math.exp(probe.cumulative_logprob / max(1, len(out)))
                 actions += r.on_probe(key, answer, mean_p, len(out))
-        if not r.finished:
-            actions += r.on_tokens(self.tokens_spent())
+        # A held finish first: a model that ended by itself is not forced to answer again.
         if seq.pending_finish is not None and r.held_finish is None and not r.finished:
             start = seq.step_start
             tail = (start, seq.num_tokens, self.step_text(start, seq.num_tokens))
             actions += r.on_finish(seq.pending_finish, tail, now_s)
+        if not r.finished and seq.pending_finish is None:
+            tail = self.step_text(seq.step_start, seq.num_tokens)
+            room = self.engine.max_model_len - seq.num_tokens
+            full = room <= len(self.cue_ids) + r.config.answer_tokens
+            actions += r.on_tokens(self.tokens_spent(), tail, out_of_room=full)
         if not r.finished and r.verifying:
             actions += r.on_tick(now_s)
         return self._apply(actions)
@@ -177,7 +181,6 @@ class ReasoningDriver:
                 self._exit_with(a.position, a.key)
             else:
                 out.append(a)
-        self.probe_answers.clear()
         if seq.is_finished:
             self._drop_probes()
         return out
@@ -186,6 +189,11 @@ class ReasoningDriver:
         seq, cfg = self.seq, self.reasoner.config
         if position < seq.num_tokens:
             self.engine.rollback(seq.request_id, position)
+        if seq.num_tokens + len(self.cue_ids) + 1 >= self.engine.max_model_len:
+            # No room left for even the cue (a prompt that fills the context): end here.
+            self.reasoner.finished = True
+            self.engine.finish(seq.request_id, "length")
+            return
         self.engine.append_tokens(seq.request_id, self.cue_ids)
         self.num_appended += len(self.cue_ids)
         # The answer is decoded greedily, within a few tokens of what has been spent.
@@ -222,6 +230,7 @@ class ReasoningDriver:
         engine.finish(seq.request_id, "early_exit")
 
     def _drop_probes(self) -> None:
+        self.probe_answers.clear()
         for probe in self.probes.values():
             # A probe cut short by the job's end was still paid for.
             self.reasoner.num_probe_tokens += probe.num_output_tokens

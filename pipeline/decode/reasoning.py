@@ -194,6 +194,9 @@ class Reasoner:
     num_probe_tokens: int = 0
     probes: dict[str, tuple[str, int]] = field(default_factory=dict)  # key -> (step key, pos)
     answers: list[tuple[str, str]] = field(default_factory=list)  # (step key, probed answer)
+    # An exit the probes agreed on, waiting for verdicts: (probe key, step key, position,
+    # answer, why).
+    exit_candidate: tuple[str, str, int, str, str] | None = None
     _attempts: int = 0
 
     def __post_init__(self) -> None:
@@ -248,12 +251,26 @@ class Reasoner:
             actions.append(Probe(probe, end))
         return actions
 
-    def on_tokens(self, used: int) -> list[Action]:
-        """Tokens spent so far (kept, discarded, probes); past the budget, answer now."""
+    def on_tokens(self, used: int, tail: str = "", out_of_room: bool = False) -> list[Action]:
+        """Tokens spent so far (kept, discarded, probes); past the budget, or with no more room
+        in the context than an answer needs (`out_of_room`), answer now.
+
+        `tail` is the unfinished step being written. A model that has written its answer line,
+        or is writing it (within `answer_tokens` over the budget), is not cut: forcing then
+        would put a second, greedy answer after its own."""
         limit = self.max_thinking_tokens
-        if self.phase == "think" and limit is not None and used >= limit and not self.finished:
-            return self._out_of_budget()
-        return []
+        over = limit is not None and used >= limit
+        if self.phase != "think" or self.finished or not (over or out_of_room):
+            return []
+        if self.held_finish is not None or self._answered():
+            return []
+        answering = self.is_answer(tail.strip())
+        if answering and (out_of_room or used < (limit or 0) + self.config.answer_tokens):
+            return []
+        return self._out_of_budget()
+
+    def _answered(self) -> bool:
+        return bool(self.chain) and self.is_answer(self.chain[-1].text)
 
     def update_budget(self, max_thinking_tokens: int | None, max_steps: int | None) -> None:
         """Live limits (the controller's): they can only tighten the job's own."""
@@ -276,14 +293,30 @@ class Reasoner:
         last = [a for _, a in self.answers[-self.config.probe_agree :]]
         agree = len(last) == self.config.probe_agree and len(set(last)) == 1
         sure = self.config.probe_confidence is not None and mean_p >= self.config.probe_confidence
-        verified = all(s.verdict not in (None, CONTRADICTED) for s in self.chain[: index + 1])
-        if not (agree or sure) or not verified:
+        if not (agree or sure):
             return []
+        why = f"{len(last)} probes agree" if agree else f"probe confidence {mean_p:.2f}"
+        # Exits once every step up to the probe's is verified: now, or when the verdicts come.
+        self.exit_candidate = (key, step_key, position, answer.strip(), why)
+        return self._maybe_exit()
+
+    def _maybe_exit(self) -> list[Action]:
+        if self.exit_candidate is None or self.phase != "think" or self.finished:
+            return []
+        if self.held_finish is not None:  # the model has answered by itself meanwhile
+            return []
+        key, step_key, position, answer, why = self.exit_candidate
+        index = next((i for i, s in enumerate(self.chain) if s.key == step_key), None)
+        if index is None:  # its step was rolled back
+            self.exit_candidate = None
+            return []
+        if any(s.verdict in (None, CONTRADICTED) for s in self.chain[: index + 1]):
+            return []
+        self.exit_candidate = None
         dropped = len(self.chain) > index + 1  # steps decoded while the probe ran
         del self.chain[index + 1 :]
         self.stop_reason, self.finished = "early_exit", True
-        why = f"{len(last)} probes agree" if agree else f"probe confidence {mean_p:.2f}"
-        text = f"{self.config.answer_cue} {answer.strip()}"
+        text = f"{self.config.answer_cue} {answer}"
         notes = [Note("backtrack", index + 1, text, None, f"early exit: {why}")] if dropped else []
         return [*notes, ExitWith(position, key)]
 
@@ -314,9 +347,16 @@ class Reasoner:
                 actions += self.on_unchecked_step(*tail)
             self.finished = True
             return [*actions, Finish(self.stop_reason or "budget")]
-        if self.phase == "wait_answer":  # it ended by itself before the budget cut it
-            self.phase = "think"
-            actions.append(Resume())
+        answering = tail is not None and self.is_answer(tail[2].strip())
+        if reason == "length" and not self._answered() and not answering:
+            # Out of tokens before an answer: that is a spent budget too, so the answer is
+            # forced (from the last accepted step) rather than the text cut off.
+            if self.phase == "wait_answer":
+                return []  # the forced answer comes once the pending verdicts are in
+            return self._out_of_budget()
+        if self.phase == "wait_answer":  # it ended by itself before the budget cut it:
+            self.phase = "think"  # its finish is held like any other (resuming would sample
+            # past the end of sequence), and the verdicts still pending decide
         if tail is not None and tail[2].strip():
             actions += self.on_step(*tail, now_s)
         self.held_finish = reason
@@ -334,11 +374,15 @@ class Reasoner:
             del self.chain[step.index :]
             why = f"step {step.index} contradicted ({detail or 'no detail'}); budget spent"
             actions.append(Note("backtrack", step.index, step.text, CONTRADICTED, why))
+            # Cut it out of the sequence now: left in, it would be read back as a new step.
+            actions.append(Rollback(step.start, self.seed))
             return actions + self._maybe_answer()
         if verdict == CONTRADICTED:
             return actions + self._backtrack(step)
         if self.phase == "wait_answer":
             return actions + self._maybe_answer()
+        if exit_now := self._maybe_exit():
+            return actions + exit_now
         if self.config.verify == "strict" and step is self.chain[-1]:
             actions.append(Resume())
         return actions + self._maybe_finish()

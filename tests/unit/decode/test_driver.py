@@ -36,8 +36,8 @@ def engine() -> Engine:
     return Engine(EngineConfig(model=str(resolve_model("tiny-reasoner")), dtype="float32"))
 
 
-def run(engine, verify, verifier, seed=3, **kw):
-    params = [SamplingParams(temperature=0.7, max_tokens=200, seed=seed)]
+def run(engine, verify, verifier, seed=3, max_tokens=200, **kw):
+    params = [SamplingParams(temperature=0.7, max_tokens=max_tokens, seed=seed)]
     config = ReasoningConfig(verify=verify, **kw)
     return generate_verified(engine, [PROMPT], [()], params, config, verifier)[0]
 
@@ -65,7 +65,8 @@ def test_a_contradicted_step_is_resampled_and_its_tokens_are_wasted(engine, veri
 
 def test_a_step_that_always_fails_gives_up_without_an_answer(engine):
     v = ScriptedVerifier(reject=lambda step, text, n: step == 1)
-    out = run(engine, "async", v, max_retries=2)
+    # Room for every retry: running out of max_tokens would force an answer instead.
+    out = run(engine, "async", v, max_retries=2, max_tokens=1000)
     assert out.gave_up and out.finish_reason == "unverified"
     assert "Answer" not in out.text and "contradicted" not in out.verdicts
     # step 1 failed 3 times, then step 0 was dropped once and step 1 failed 3 more times.
@@ -120,3 +121,86 @@ def test_every_probe_token_is_paid_for_even_when_the_job_ends_first(engine, monk
     out = run(engine, "off", None, early_exit=True, probe_agree=99)
     assert out.stop_reason != "early_exit" and len(started) >= 2
     assert out.probe_tokens == sum(p.num_output_tokens for p in started) > 0
+
+
+# -- verdicts that arrive late: the driver's own loop, as the decode worker runs it --------------
+
+
+def drive(engine, verify, delay=0, reject=lambda i, text, n: False, max_tokens=200, prompt=PROMPT,
+          **kw):  # fmt: skip
+    """Decode one sequence; each verdict arrives `delay(step, text, n)` engine steps after its
+    check (a number: the same delay for all). Returns the driver when the sequence is done."""
+    from pipeline.decode.driver import ReasoningDriver, reasoning_params
+    from pipeline.decode.reasoning import Check
+    from pipeline.engine import Request
+
+    sampling = SamplingParams(temperature=0.7, max_tokens=max_tokens, seed=3)
+    params = reasoning_params(sampling, verify)
+    seq = engine.add(Request(f"late-{id(params)}", engine.encode_prompt(prompt), params))
+    d = ReasoningDriver(engine, seq, ReasoningConfig(verify=verify, **kw))
+    pending, seen, t = [], {}, 0
+
+    def take(outs):
+        for o in outs:
+            if isinstance(o, Check):
+                n = seen[o.step] = seen.get(o.step, 0) + 1
+                v = "contradicted" if reject(o.step, o.text, n) else "entailed"
+                late = delay(o.step, o.text, n) if callable(delay) else delay
+                pending.append((t + late, o.key, v))
+
+    while not d.done and t < 3000:
+        if engine.has_schedulable:
+            engine.step()
+        t += 1
+        take(d.advance(float(t)))
+        for item in [p for p in pending if p[0] <= t]:
+            pending.remove(item)
+            take(d.verdict(item[1], item[2], "scripted", float(t)))
+    assert d.done, "the sequence stalled"
+    return d
+
+
+def answer_lines(engine, d):
+    text = engine.tokenizer.decode(d.seq.output_token_ids)
+    return text, [line for line in text.split("\n") if line.startswith("Answer:")]
+
+
+@pytest.mark.parametrize("verify,delay", [("off", 0), ("async", 0), ("async", 3)])
+def test_a_spent_budget_never_adds_a_second_or_empty_answer(engine, verify, delay):
+    # Every budget from the middle of the chain to past its end: among them, budgets that run
+    # out on the model's own answer line, on its newline and on the end of sequence (each once
+    # added a second, greedy answer, or a bare cue, or sampled past the end).
+    for budget in range(60, 100, 3):
+        d = drive(engine, verify, delay=delay, max_thinking_tokens=budget)
+        text, answers = answer_lines(engine, d)
+        assert len(answers) == 1 and answers[0].removeprefix("Answer:").strip(), (budget, text)
+        assert text.endswith("\n") and text.count("\n") == len(d.reasoner.chain), (budget, text)
+        assert [s.text for s in d.reasoner.chain] == text.strip().split("\n")
+
+
+def test_a_contradiction_after_the_budget_is_spent_is_cut_out(engine):
+    # Step 2 is contradicted while step 1's verdict is still pending and the budget is spent.
+    def delay(i, text, n):
+        return {1: 20}.get(i, 4)
+
+    d = drive(engine, "async", delay=delay, reject=lambda i, t, n: i == 2, max_thinking_tokens=64)
+    text, answers = answer_lines(engine, d)
+    assert d.reasoner.stop_reason == "budget" and len(answers) == 1
+    assert "45 - 5 = 40" not in text  # the contradicted step (it was read back in as new)
+    assert "contradicted" not in [s.verdict for s in d.reasoner.chain]
+
+
+def test_agreeing_probes_exit_when_the_verdicts_come_after_them(engine):
+    d = drive(engine, "async", delay=8, early_exit=True)
+    text, answers = answer_lines(engine, d)
+    assert d.reasoner.stop_reason == "early_exit" and len(answers) == 1
+    assert answers[0].removeprefix("Answer:").strip()
+
+
+def test_a_prompt_near_the_context_end_gets_a_forced_answer_not_a_crash(engine):
+    prompt = "Q: Compute " + "7 + 8 * " * 58 + "1.\n"  # leaves ~40 tokens of context
+    assert engine.max_model_len - len(engine.encode_prompt(prompt)) < 60
+    d = drive(engine, "async", prompt=prompt, max_tokens=500)
+    text, answers = answer_lines(engine, d)
+    assert d.seq.num_tokens <= engine.max_model_len
+    assert len(answers) == 1 and d.reasoner.stop_reason == "budget", text

@@ -233,10 +233,11 @@ def test_a_confident_probe_exits_alone_but_not_before_its_steps_are_verified():
     (probe,) = only(acts, Probe)
     assert r.on_probe(probe.key, "7", 0.99, 2) == []  # step 0's verdict is pending
     acts, _ = add_step(r, 19, "7 * 1 = 7")
-    (probe2,) = only(acts, Probe)
-    r.on_verdict(k, "entailed", "", 0.1)
-    r.on_verdict(r.chain[1].key, "entailed", "", 0.1)
-    assert only(r.on_probe(probe2.key, "7", 0.99, 2), ExitWith)
+    assert only(acts, Probe)
+    # The exit waits for step 0's verdict, and comes with it (it once never came).
+    acts = r.on_verdict(k, "entailed", "", 0.1)
+    assert only(acts, ExitWith) == [ExitWith(probe.position, probe.key)] and r.finished
+    assert [s.text for s in r.chain] == ["3 + 4 = 7"]
 
 
 def test_a_probe_of_a_rolled_back_step_is_ignored():

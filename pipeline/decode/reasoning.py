@@ -371,6 +371,7 @@ class Reasoner:
         actions: list[Action] = [Note("verdict", step.index, step.text, verdict, detail)]
         if verdict == CONTRADICTED and self.phase == "wait_answer":
             # No budget left to resample: the answer comes from the chain before this step.
+            self.num_backtracks += 1  # one backtrack event, one backtrack
             del self.chain[step.index :]
             why = f"step {step.index} contradicted ({detail or 'no detail'}); budget spent"
             actions.append(Note("backtrack", step.index, step.text, CONTRADICTED, why))

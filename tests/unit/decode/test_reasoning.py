@@ -188,7 +188,9 @@ def test_the_token_budget_waits_for_pending_verdicts_then_answers_from_the_chain
     assert only(acts, ForceAnswer) == [ForceAnswer(19)] and [s.text for s in r.chain] == [
         "3 + 4 = 7"
     ]
-    assert only(acts, Note, "backtrack")[0].step == 1 and r.num_backtracks == 0
+    # One backtrack event, one backtrack; the step is rolled out of the sequence at once.
+    assert only(acts, Note, "backtrack")[0].step == 1 and r.num_backtracks == 1
+    assert only(acts, Rollback)[0].position == 19
 
 
 def test_live_budgets_only_tighten_the_jobs_own():

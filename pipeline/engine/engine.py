@@ -369,14 +369,7 @@ class Engine:
         use_tqdm: bool = False,
     ) -> list[RequestOutput]:
         """Run prompts (text or token ids) to completion; outputs in the prompts' order."""
-        if params is None or isinstance(params, SamplingParams):
-            params = [params or SamplingParams()] * len(prompts)
-        if len(params) != len(prompts):
-            raise InvalidRequestError("prompts and params differ in length")
-        seqs = []
-        for i, (prompt, p) in enumerate(zip(prompts, params, strict=True)):
-            ids = self.encode_prompt(prompt) if isinstance(prompt, str) else list(prompt)
-            seqs.append(self.add(Request(f"generate-{self._arrivals}-{i}", ids, p)))
+        seqs = self.add_prompts(prompts, params)
         bar = None
         if use_tqdm:
             from tqdm import tqdm
@@ -397,6 +390,22 @@ class Engine:
             if bar is not None:
                 bar.close()
         return [self.request_output(s) for s in seqs]
+
+    def add_prompts(
+        self,
+        prompts: Seq[str] | Seq[list[int]],
+        params: SamplingParams | Seq[SamplingParams] | None = None,
+    ) -> list[Sequence]:
+        """Queue prompts (text or token ids), one set of params for all or one each."""
+        if params is None or isinstance(params, SamplingParams):
+            params = [params or SamplingParams()] * len(prompts)
+        if len(params) != len(prompts):
+            raise InvalidRequestError("prompts and params differ in length")
+        seqs = []
+        for i, (prompt, p) in enumerate(zip(prompts, params, strict=True)):
+            ids = self.encode_prompt(prompt) if isinstance(prompt, str) else list(prompt)
+            seqs.append(self.add(Request(f"generate-{self._arrivals}-{i}", ids, p)))
+        return seqs
 
     def request_output(self, seq: Sequence) -> RequestOutput:
         out_ids = seq.output_token_ids

@@ -65,6 +65,7 @@ class VLLMEngine:
     num_unfinished = Engine.num_unfinished
     has_unfinished = Engine.has_unfinished
     request_output = Engine.request_output
+    add_prompts = Engine.add_prompts
 
     def __init__(
         self,
@@ -341,12 +342,7 @@ class VLLMEngine:
         params: SamplingParams | Seq[SamplingParams] | None = None,
         use_tqdm: bool = False,
     ) -> list[RequestOutput]:
-        if params is None or isinstance(params, SamplingParams):
-            params = [params or SamplingParams()] * len(prompts)
-        seqs = []
-        for i, (prompt, p) in enumerate(zip(prompts, params, strict=True)):
-            ids = self.encode_prompt(prompt) if isinstance(prompt, str) else list(prompt)
-            seqs.append(self.add(Request(f"generate-{self._arrivals}-{i}", ids, p)))
+        seqs = self.add_prompts(prompts, params)
         while any(not s.is_finished for s in seqs):
             if not self.has_schedulable:
                 raise InvalidRequestError("only paused sequences left: resume them first")

@@ -267,12 +267,19 @@ class BudgetController:
         if used_tokens is not None:
             self.used.add(now_s, float(used_tokens))
 
-    def update(self, now_s: float, lag_jobs: int | None = None) -> BudgetLimits:
+    def update(
+        self, now_s: float, lag_jobs: int | None = None, completion_rate: float | None = None
+    ) -> BudgetLimits:
+        """One period of the law. `completion_rate` (jobs/s) is the rate that drains the queue
+        `lag_jobs` counts; None: this class's own, right when the queue holds only its jobs. A
+        queue shared with other classes drains at all their rates: the pipeline passes the sum,
+        so another class's backlog is not divided by this class's (smaller) rate."""
+        rate = self.window.rate(now_s) if completion_rate is None else completion_rate
         obs = Observation(
             p95_ms=self.window.p95(now_s),
             count=self.window.count(now_s),
             lag_jobs=lag_jobs,
-            completion_rate=self.window.rate(now_s),
+            completion_rate=rate,
             demand_tokens=self.used.quantile(now_s, 0.9),
         )
         self.state = control_step(self.cfg, self.state, obs)

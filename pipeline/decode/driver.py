@@ -130,16 +130,18 @@ class ReasoningDriver:
         self.lookups.add(index)
         return index
 
-    def splice_step(self, index: int, text: str, verdict: str) -> None:
-        """Put a cached verified step (and the delimiter) in instead of generating it."""
+    def splice_step(self, index: int, text: str, verdict: str) -> bool:
+        """Put a cached verified step (and the delimiter) in instead of generating it; False
+        when there is no room for it."""
         delimiter = self.engine.step_detector.delimiter if self.engine.step_detector else "\n"
         ids = self.engine.tokenizer.encode(text + delimiter, add_special_tokens=False)
         room = self.engine.max_model_len - self.seq.num_tokens
         if len(ids) + len(self.cue_ids) + self.reasoner.config.answer_tokens >= room:
-            return  # no room for it and an answer after it: let the model write its own
+            return False  # no room for it and an answer after it: the model writes its own
         self.engine.append_tokens(self.seq.request_id, ids)
         self.num_appended += len(ids)
         self.spliced[index] = verdict
+        return True
 
     def flush(self) -> list[Outward]:
         """After the sequence finished on its own (verify off): its last steps, unchecked."""

@@ -148,12 +148,14 @@ class DecodeWorker(EngineStageWorker):
             run.step_key = step_key(h.model, h.token_ids, h.premises, h.params)
         return run, kv_ack
 
-    def _maybe_splice(self, run: JobRun) -> None:
-        """At a step boundary of a reproducible job, reuse the verified step cached for it."""
+    def _maybe_splice(self, run: JobRun) -> bool:
+        """At a step boundary of a reproducible job, reuse the verified step cached for it;
+        whether one was put in."""
         if run.step_key is None or (index := run.driver.wants_next_step()) is None:
-            return
-        if (hit := self._cached_step(run)) is not None:
-            run.driver.splice_step(index, *hit)
+            return False
+        if (hit := self._cached_step(run)) is None:
+            return False
+        return run.driver.splice_step(index, *hit)
 
     def _cached_step(self, run: JobRun) -> tuple[str, str] | None:
         """The verified step that followed this chain before, from Redis (engine thread)."""
@@ -232,7 +234,10 @@ class DecodeWorker(EngineStageWorker):
                     run.driver.reasoner.update_budget(live.max_thinking_tokens, live.max_steps)
                 events.extend(token_events(run, tok, t))
                 emit(run, run.driver.advance(now_s))
-                self._maybe_splice(run)
+                # Cached steps in a row: each splice is read back before the next lookup (else
+                # the engine samples past the spliced delimiter and the next step is generated).
+                while self._maybe_splice(run):
+                    emit(run, run.driver.advance(now_s))
             if run.seq.is_finished:
                 for step in run.driver.reasoner.chain:
                     telemetry.observe_step(step.end - step.start)

@@ -31,6 +31,7 @@ from pipeline.decode.core import JobRun, finish, outward, token_events
 from pipeline.decode.driver import ReasoningDriver, reasoning_params
 from pipeline.decode.reasoning import Note, ReasoningConfig
 from pipeline.engine import KVExport, Request
+from pipeline.engine.sequence import SequenceStatus
 from pipeline.errors import StepwiseError
 from pipeline.stage_params import sampling_params
 from pipeline.transfer import KVHandle, TransferExpiredError, get_transport
@@ -202,9 +203,7 @@ class DecodeWorker(EngineStageWorker):
                 run, kv_ack = self._start(h)
             except Exception as e:  # this job cannot run here: it gets an error Result
                 log.exception("%s: cannot start", h.id)
-                err = e if isinstance(e, StepwiseError) else StepwiseError(repr(e))
-                result = msgspec.structs.replace(schema.rejected_result(h.id, err), status="error")
-                results.append((result, h, ack))
+                results.append((self._error_result(h, e), h, ack))
                 continue
             self.runs[h.id] = (run, ack)
             if kv_ack:
@@ -225,27 +224,56 @@ class DecodeWorker(EngineStageWorker):
             entry = self.runs.get(v.id)
             if entry is not None:  # else: a job that finished or moved on
                 detail = v.detail or v.reason
-                emit(entry[0], entry[0].driver.verdict(v.key, v.verdict, detail, now_s))
+                try:
+                    emit(entry[0], entry[0].driver.verdict(v.key, v.verdict, detail, now_s))
+                except Exception:
+                    self._fail(entry[0])
         for job_id, (run, ack) in list(self.runs.items()):
             if not run.seq.is_finished:
-                # Live limits tighten jobs already running (checked at step boundaries).
-                live = self.budgets.cached(run.handoff.slo.class_)
-                if live is not None:
-                    run.driver.reasoner.update_budget(live.max_thinking_tokens, live.max_steps)
-                events.extend(token_events(run, tok, t))
-                emit(run, run.driver.advance(now_s))
-                # Cached steps in a row: each splice is read back before the next lookup (else
-                # the engine samples past the spliced delimiter and the next step is generated).
-                while self._maybe_splice(run):
+                try:
+                    # Live limits tighten jobs already running (checked at step boundaries).
+                    live = self.budgets.cached(run.handoff.slo.class_)
+                    if live is not None:
+                        run.driver.reasoner.update_budget(live.max_thinking_tokens, live.max_steps)
+                    events.extend(token_events(run, tok, t))
                     emit(run, run.driver.advance(now_s))
+                    # Cached steps in a row: each splice is read back before the next lookup
+                    # (else the engine samples past the spliced delimiter).
+                    while self._maybe_splice(run):
+                        emit(run, run.driver.advance(now_s))
+                except Exception:
+                    self._fail(run)
             if run.seq.is_finished:
                 for step in run.driver.reasoner.chain:
                     telemetry.observe_step(step.end - step.start)
-                evs, result = finish(run, tok, t)
+                try:
+                    evs, result = finish(run, tok, t)
+                except Exception:
+                    log.exception("%s: cannot build its Result", job_id)
+                    err = StepwiseError("the decode worker could not build this job's Result")
+                    evs, result = [], self._error_result(run.handoff, err)
                 events.extend(evs)
                 results.append((result, run.handoff, ack))
                 del self.runs[job_id]
         return events, results, kv_acks, checks, puts
+
+    def _fail(self, run: JobRun) -> None:
+        """A job whose decoding raised ends with an error Result; the other jobs in the tick
+        go on (an exception used to fail the whole tick, and with it Results already made)."""
+        log.exception("%s: decoding failed; it ends with an error Result", run.handoff.id)
+        seq = run.seq
+        if not seq.is_finished:
+            try:
+                self.engine.finish(seq.request_id, "error")
+            except Exception:  # the engine lost it: mark it done so its Result goes out
+                seq.status = SequenceStatus.FINISHED
+        seq.finish_reason = "error"
+        run.driver.reasoner.finished = True
+
+    @staticmethod
+    def _error_result(h: schema.Handoff, e: Exception) -> schema.Result:
+        err = e if isinstance(e, StepwiseError) else StepwiseError(repr(e))
+        return msgspec.structs.replace(schema.rejected_result(h.id, err), status="error")
 
     def _send_checks(self, checks: list[schema.VerifyRequest]) -> None:
         for req in checks:

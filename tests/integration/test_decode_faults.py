@@ -1,0 +1,46 @@
+"""A job whose decoding raises ends with an error Result; the jobs beside it are not lost.
+
+The fault is injected into our own reasoning driver for one job id (the broker, Redis and the
+stages are real): before the fix, the exception failed the whole decode tick, and Results that
+other jobs had finished in that tick were never published."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from pipeline import schema
+from pipeline.decode.driver import ReasoningDriver
+from tests.integration.pipeline_helpers import run_jobs, running_stack, stack_config
+
+pytestmark = pytest.mark.slow
+
+
+async def test_one_failing_job_gets_an_error_result_and_the_others_finish(
+    kafka_bootstrap, redis_url, topics, monkeypatch
+):
+    config = stack_config(kafka_bootstrap, redis_url, topics)
+    tag = uuid.uuid4().hex[:6]
+    bad = f"boom-{tag}"
+    advance = ReasoningDriver.advance
+
+    def failing(self, now_s):
+        if self.seq.request_id.startswith(bad) and self.seq.num_output_tokens >= 5:
+            raise RuntimeError("injected fault")
+        return advance(self, now_s)
+
+    monkeypatch.setattr(ReasoningDriver, "advance", failing)
+    params = schema.JobParams(temperature=0.0, verify="off")
+    jobs = [schema.Job(id=bad, prompt="Compute 7 * 6.", params=params)] + [
+        schema.Job(id=f"ok{i}-{tag}", prompt=f"Compute {i} + {i + 2}.", params=params)
+        for i in range(4)
+    ]
+    async with running_stack(config):
+        _, results = await run_jobs(config, jobs, timeout_s=120)
+    assert {j.id for j in jobs} == set(results) and all(len(r) == 1 for r in results.values())
+    (failed,) = results[bad]
+    assert failed.status == "error" and failed.error is not None and failed.answer is None
+    for j in jobs[1:]:
+        (r,) = results[j.id]
+        assert r.status == "ok" and r.answer, r

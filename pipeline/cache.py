@@ -217,11 +217,18 @@ def step_key(
 ) -> str | None:
     """The step-level base key of one job, computed once; `prompt` is its text or its token ids.
     None for a sampled job without its own seed: a cached step would remove the diversity asked
-    for. Verdicts depend on premises, so they are part of the key."""
+    for. Verdicts depend on premises, so they are part of the key. A sampled job's seed is too,
+    as in `answer_key`: steps sampled under one seed spliced into another seed's run would make
+    a seeded Result depend on the jobs run before it. Greedy steps leave the seed out.
+
+    Decode passes the params as admitted, where ingest has given an unseeded job a seed of its
+    own id (`job_seed`): such a job's steps then serve only its own redelivery."""
     if not is_reproducible(params):
         return None
     text = normalize_text(prompt) if isinstance(prompt, str) else list(prompt)
-    return digest("step", model, text, _premises_part(premises), _sampling(params), params.verify)
+    sampling = _sampling(params)
+    seed = params.seed if sampling else None
+    return digest("step", model, text, _premises_part(premises), sampling, seed, params.verify)
 
 
 def prefix_hashes(token_ids: Sequence[int], block_size: int) -> list[int]:

@@ -119,6 +119,25 @@ def test_step_key_inputs():
     assert c.step_key("m", [1, 2, 3], [], params) == c.step_key("m", (1, 2, 3), [], params)
 
 
+def test_step_key_covers_the_seed_of_a_sampled_job_like_answer_key():
+    sampled = {"temperature": 0.7}
+    k1 = c.step_key("m", "p", [], schema.JobParams(**sampled, seed=1))
+    k2 = c.step_key("m", "p", [], schema.JobParams(**sampled, seed=2))
+    assert k1 is not None and k2 is not None and k1 != k2  # no steps spliced across seeds
+    assert k1 == c.step_key("m", "p", [], schema.JobParams(**sampled, seed=1))
+    # The same rule as the answer level: its key differs across seeds too.
+    a1 = c.answer_key(job(prompt="p", params={**sampled, "seed": 1}), "m")
+    assert a1 != c.answer_key(job(prompt="p", params={**sampled, "seed": 2}), "m")
+
+
+def test_step_key_of_a_greedy_job_ignores_the_seed_ingest_stamps():
+    # Ingest gives every job a seed (its own id's when it has none): greedy jobs must still
+    # share steps, since argmax ignores the seed.
+    g1 = c.step_key("m", "p", [], schema.JobParams(temperature=0.0, seed=1))
+    assert g1 == c.step_key("m", "p", [], schema.JobParams(temperature=0.0, seed=2))
+    assert g1 == c.step_key("m", "p", [], schema.JobParams(temperature=0.0))
+
+
 # -- Redis keys and scopes ------------------------------------------------------------------
 
 

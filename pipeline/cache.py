@@ -22,7 +22,7 @@ from redis.asyncio import Redis
 
 from pipeline import schema
 
-KEY_VERSION = 1  # bump on any change of key or value layout: old entries are then never read
+KEY_VERSION = 2  # bump on any change of key or value layout: old entries are then never read
 ScopeName = Literal["user", "app", "tenant"]
 SCOPES: tuple[ScopeName, ...] = ("user", "app", "tenant")  # lookup order: narrowest first
 CACHEABLE_VERDICTS = frozenset({"entailed", "consistent"})  # what "verified" means here

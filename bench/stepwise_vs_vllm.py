@@ -1,7 +1,8 @@
 """Step-wise reasoning on each engine: the native engine's pause/rollback vs vLLM resubmission.
 
     python bench/stepwise_vs_vllm.py [--n 128] [--seed 0] [--verify async] [--max-tokens 256]
-        [--sides native,vllm-step,vllm-stream] [--rounds 3] [--threads 2] [--json-out FILE]
+        [--sides native,vllm-step,vllm-stream] [--rounds 3] [--threads 2] [--vllm-threads 1]
+        [--json-out FILE]
 
 The workload: `--n` held-out problems of the tiny reasoner's families (`indist`), prompts as
 `stepwise eval` sends them, temperature 0.7, every step checked by the Z3 checker in a
@@ -16,12 +17,13 @@ the batch unless paused); `vllm-step` (pipeline/engine/vllm_backend.py as the pi
 one streamed completion per step, stopped at the delimiter, the prefix resubmitted for the next
 step and after every backtrack, served from vLLM's prefix cache); `vllm-stream` (the same
 backend with one stream per sequence, cut only by a backtrack). The vLLM server starts once
-(its start-up is reported apart) and gets the same model threads (`--threads`) as the native
-engine. The sides run interleaved for `--rounds` rounds (a load spike on this shared machine
-hits every side alike) and each side's median round is reported. Figures: problems/s and
-generated tokens/s (kept + discarded; the work done), p50/p95 latency, backtracks, accuracy;
-ratios native / vllm-step. Also the cost of decode-side recompute on vLLM: a prompt's first
-token cold vs on a prefix-cache hit.
+(its start-up is reported apart); its model threads are `--vllm-threads` (default 1: its API
+server process and our client need the other core), the native engine's `--threads`. The
+sides run interleaved for `--rounds` rounds (a load spike on this shared machine hits every
+side alike) and each side's median round is reported. Figures: problems/s and generated
+tokens/s (kept + discarded; the work done), p50/p95 latency, backtracks, accuracy; ratios
+native / vllm-step. Also the cost of decode-side recompute on vLLM: a prompt's first token
+cold vs on a prefix-cache hit.
 The last line printed is one JSON object.
 """
 
@@ -116,7 +118,14 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--sides", default="native,vllm-step,vllm-stream")
     ap.add_argument("--rounds", type=int, default=3, help="sides interleaved, medians reported")
-    ap.add_argument("--threads", type=int, default=2, help="model threads, each side")
+    ap.add_argument("--threads", type=int, default=2, help="the native engine's torch threads")
+    ap.add_argument(
+        "--vllm-threads",
+        type=int,
+        default=1,
+        help="the vLLM server's OMP threads (its API server process and our HTTP client need "
+        "a core too: on 2 cores, 2 threads ran 2-3x slower than 1)",
+    )
     ap.add_argument("--vllm-url", default=os.environ.get("STEPWISE_VLLM_URL", ""))
     ap.add_argument("--json-out", default=None)
     args = ap.parse_args()
@@ -129,7 +138,7 @@ def main() -> None:
     server, startup_s, url = None, 0.0, args.vllm_url
     if any(s.startswith("vllm") for s in sides) and not url:
         server_config = VLLMServerConfig(
-            model, max_num_seqs=MAX_NUM_SEQS, max_model_len=512, num_threads=args.threads
+            model, max_num_seqs=MAX_NUM_SEQS, max_model_len=512, num_threads=args.vllm_threads
         )
         server = VLLMServer(server_config).start()
         url, startup_s = server.url, server.startup_s
@@ -179,6 +188,7 @@ def main() -> None:
         )
     summary = {"bench": "stepwise_vs_vllm", "n": args.n, "verify": args.verify, **extra}
     summary["rounds"], summary["threads"] = args.rounds, args.threads
+    summary["vllm_threads"] = args.vllm_threads
     summary["vllm_startup_s"] = round(startup_s, 1)
     if "native" in results and "vllm-step" in results:
         nat, vs = results["native"], results["vllm-step"]

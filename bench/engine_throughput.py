@@ -174,7 +174,9 @@ def run_vllm(
     return SideResult("vllm", data["wall_s"], data["token_ids"], extra)
 
 
-def run_vllm_backend(path: Path, dtype: str, reqs: list[BenchRequest]) -> SideResult | str:
+def run_vllm_backend(
+    path: Path, dtype: str, reqs: list[BenchRequest], threads: int
+) -> SideResult | str:
     """The vLLM column through Stepwise's backend (pipeline/engine/vllm_backend.py): a vLLM
     OpenAI server, one streamed completion per step of each request (resubmitted at every
     step delimiter, as the pipeline runs it), token ids over HTTP."""
@@ -186,8 +188,13 @@ def run_vllm_backend(path: Path, dtype: str, reqs: list[BenchRequest]) -> SideRe
     max_len = PROMPT_LEN[1] + OUTPUT_LEN[1] + 64
     server = VLLMServer(
         VLLMServerConfig(
-            str(path), dtype=dtype, max_num_seqs=MAX_NUM_SEQS, max_model_len=max_len, kv_cache_gb=2
-        )
+            str(path),
+            dtype=dtype,
+            max_num_seqs=MAX_NUM_SEQS,
+            max_model_len=max_len,
+            kv_cache_gb=2,
+            num_threads=threads,
+        )  # fmt: skip
     )
     try:
         server.start()
@@ -209,7 +216,7 @@ def run_vllm_backend(path: Path, dtype: str, reqs: list[BenchRequest]) -> SideRe
         extra = {
             "startup_s": server.startup_s,
             "block_size": server.config.block_size,
-            "threads_bind": "nobind (via Stepwise's backend)",
+            "threads_bind": f"nobind, {threads} threads (via Stepwise's backend)",
             "worker_cores": None,
             "submissions": engine.num_submissions,
         }
@@ -585,7 +592,7 @@ def best_vllm(path: Path, dtype: str, reqs, args, fig: dict) -> SideResult | Non
     binds = ["backend"] if via_backend else vllm_binds(args.vllm_threads_bind, args.threads)
     for bind in binds:
         if via_backend:  # one run: the backend's server binds no cores
-            res = run_vllm_backend(path, dtype, reqs)
+            res = run_vllm_backend(path, dtype, reqs, args.threads)
         else:
             res = run_vllm(path, dtype, reqs, bind)
         if isinstance(res, str):

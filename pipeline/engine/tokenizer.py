@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
 from pipeline.errors import ModelLoadError
+
+# transformers' lazy module is not thread-safe on first import: stage workers that load their
+# tokenizers on engine threads at once got "cannot import name 'AutoTokenizer'".
+_IMPORT_LOCK = threading.Lock()
 
 
 class Tokenizer:
@@ -16,9 +21,10 @@ class Tokenizer:
         path = Path(path)
         if not (path / "tokenizer.json").is_file():
             raise ModelLoadError(f"{path} has no tokenizer.json")
-        from transformers import AutoTokenizer  # heavy import: only when a tokenizer is needed
+        with _IMPORT_LOCK:  # (from_pretrained imports more of transformers' lazy modules)
+            from transformers import AutoTokenizer  # heavy: only when a tokenizer is needed
 
-        self.hf = AutoTokenizer.from_pretrained(str(path))
+            self.hf = AutoTokenizer.from_pretrained(str(path))
         eos: set[int] = set()
         if self.hf.eos_token_id is not None:
             eos.add(int(self.hf.eos_token_id))

@@ -110,17 +110,25 @@ async def test_a_contradicted_step_is_backtracked_on_vllm(
     assert current_chain(evs) == [s.text for s in result.steps]
 
 
-async def test_a_spent_budget_forces_the_answer_on_vllm(
+async def test_a_spent_budget_forces_the_answer_and_probes_run_on_vllm(
     kafka_bootstrap, redis_url, topics, verify_worker, vllm_url
 ):
     params = schema.JobParams(temperature=0.7, seed=3, max_tokens=12, verify="off")
-    job = schema.Job(id=f"vbud-{uuid.uuid4().hex[:8]}", prompt="What is 25 + 17?", params=params)
+    forced = schema.Job(id=f"vbud-{uuid.uuid4().hex[:8]}", prompt="What is 25 + 17?", params=params)
+    params = schema.JobParams(temperature=0.7, seed=5, max_tokens=160, early_exit=True)
+    probed = schema.Job(
+        id=f"vee-{uuid.uuid4().hex[:8]}", prompt="What is 8 * 3 + 5?", params=params
+    )
     config = vllm_config(kafka_bootstrap, redis_url, topics, vllm_url)
     async with running_stack(config):
-        _events, results = await run_jobs(config, [job], timeout_s=120)
-    (result,) = results[job.id]
+        _events, results = await run_jobs(config, [forced, probed], timeout_s=120)
+    (result,) = results[forced.id]
     assert result.status == "ok" and result.budget.stop_reason == "budget"
     assert result.answer is not None and result.text.rstrip().splitlines()[-1].startswith("Answer:")
+    # Early-exit probes are side sequences on vLLM too (prefix + answer cue).
+    (result,) = results[probed.id]
+    assert result.status == "ok" and result.usage.probe_tokens > 0
+    assert result.budget.stop_reason in ("answer", "early_exit") and result.answer is not None
 
 
 @pytest.fixture(scope="module")

@@ -83,9 +83,15 @@ class DecodeWorker(EngineStageWorker):
         self._tasks.append(asyncio.create_task(self._verdict_loop()))
 
     async def teardown(self) -> None:
-        self.sender.shutdown(wait=False, cancel_futures=True)
-        self.sync_redis.close()
-        await self.redis.delete(self.verdict_stream)
+        # setup() may have failed part-way (the engine, say): release only what it took, so
+        # the original error is what the operator sees, not an AttributeError from here.
+        if (sender := getattr(self, "sender", None)) is not None:
+            sender.shutdown(wait=False, cancel_futures=True)
+        if (sync_redis := getattr(self, "sync_redis", None)) is not None:
+            sync_redis.close()
+        if (stream := getattr(self, "verdict_stream", None)) is not None:
+            with contextlib.suppress(Exception):
+                await self.redis.delete(stream)
         await super().teardown()
 
     async def report_metrics(self) -> None:

@@ -44,3 +44,16 @@ async def test_one_failing_job_gets_an_error_result_and_the_others_finish(
     for j in jobs[1:]:
         (r,) = results[j.id]
         assert r.status == "ok" and r.answer, r
+
+
+async def test_a_decode_worker_that_cannot_load_its_model_says_why(
+    kafka_bootstrap, redis_url, topics, tmp_path
+):
+    from pipeline.decode.worker import DecodeWorker
+
+    config = stack_config(kafka_bootstrap, redis_url, topics, model=str(tmp_path / "no-model"))
+    # Its teardown once raised AttributeError ('sender') over the real error.
+    with pytest.raises(Exception) as failed:
+        await DecodeWorker(config).run()
+    assert not isinstance(failed.value, AttributeError)
+    assert "no-model" in str(failed.value), failed.value

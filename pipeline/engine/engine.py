@@ -318,16 +318,11 @@ class Engine:
     def _append_token(
         self, seq: Sequence, token: int, logprob: float, entropy: float
     ) -> TokenOutput:
-        seq.token_ids.append(token)
-        seq.cumulative_logprob += logprob
-        ends_step = False
-        if self.step_detector is not None:
-            ends_step, seq.step_tail = self.step_detector.feed(seq.step_tail, token)
-            if ends_step:
-                seq.step_ends.append(seq.num_tokens)
+        detector, eos = self.step_detector, self.eos_token_ids
+        ends_step, stops = seq.append_sampled(token, logprob, detector, eos)
         p = seq.params
         reason = None
-        if (not p.ignore_eos and token in self.eos_token_ids) or token in p.stop_token_ids:
+        if stops:
             reason = "stop"
         elif (
             seq.num_output_tokens + (seq.num_discarded_tokens if p.charge_rollbacks else 0)

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from enum import Enum, auto
+from typing import TYPE_CHECKING
 
 from pipeline.engine.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from pipeline.engine.tokenizer import StepBoundaryDetector
 
 
 class SequenceStatus(Enum):
@@ -89,6 +94,26 @@ class Sequence:
     @property
     def is_finished(self) -> bool:
         return self.status is SequenceStatus.FINISHED
+
+    def append_sampled(
+        self,
+        token: int,
+        logprob: float,
+        step_detector: StepBoundaryDetector | None,
+        eos_token_ids: Collection[int],
+    ) -> tuple[bool, bool]:
+        """Record a sampled token; (whether it completes a step, whether it stops the sequence:
+        an end-of-sequence token unless ignored, or one of the request's stop tokens)."""
+        self.token_ids.append(token)
+        self.cumulative_logprob += logprob
+        ends_step = False
+        if step_detector is not None:
+            ends_step, self.step_tail = step_detector.feed(self.step_tail, token)
+            if ends_step:
+                self.step_ends.append(self.num_tokens)
+        p = self.params
+        stops = (not p.ignore_eos and token in eos_token_ids) or token in p.stop_token_ids
+        return ends_step, stops
 
     def truncate(self, num_tokens: int) -> None:
         """Keep the first `num_tokens` tokens; KV past them is no longer valid."""

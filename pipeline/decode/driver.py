@@ -102,10 +102,13 @@ class ReasoningDriver:
             tail = (start, seq.num_tokens, self.step_text(start, seq.num_tokens))
             actions += r.on_finish(seq.pending_finish, tail, now_s)
         if not r.finished and seq.pending_finish is None:
-            tail = self.step_text(seq.step_start, seq.num_tokens)
             room = self.engine.max_model_len - seq.num_tokens
             full = room <= len(self.cue_ids) + r.config.answer_tokens
-            actions += r.on_tokens(self.tokens_spent(), tail, out_of_room=full)
+
+            def read_tail() -> str:
+                return self.step_text(seq.step_start, seq.num_tokens)
+
+            actions += r.on_tokens(self.tokens_spent(), read_tail, out_of_room=full)
         if not r.finished and r.verifying:
             actions += r.on_tick(now_s)
         return self._apply(actions)

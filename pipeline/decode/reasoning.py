@@ -34,6 +34,7 @@ so far is verified, the job ends with that answer (`stop_reason` early_exit).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 VERIFY_MODES = ("off", "async", "strict")
@@ -251,20 +252,23 @@ class Reasoner:
             actions.append(Probe(probe, end))
         return actions
 
-    def on_tokens(self, used: int, tail: str = "", out_of_room: bool = False) -> list[Action]:
+    def on_tokens(
+        self, used: int, read_tail: Callable[[], str] = str, out_of_room: bool = False
+    ) -> list[Action]:
         """Tokens spent so far (kept, discarded, probes); past the budget, or with no more room
         in the context than an answer needs (`out_of_room`), answer now.
 
-        `tail` is the unfinished step being written. A model that has written its answer line,
-        or is writing it (within `answer_tokens` over the budget), is not cut: forcing then
-        would put a second, greedy answer after its own."""
+        `read_tail()` gives the unfinished step being written (read only once the budget is
+        spent: this runs every engine step). A model that has written its answer line, or is
+        writing it (within `answer_tokens` over the budget), is not cut: forcing then would put
+        a second, greedy answer after its own."""
         limit = self.max_thinking_tokens
         over = limit is not None and used >= limit
         if self.phase != "think" or self.finished or not (over or out_of_room):
             return []
         if self.held_finish is not None or self._answered():
             return []
-        answering = self.is_answer(tail.strip())
+        answering = self.is_answer(read_tail().strip())
         if answering and (out_of_room or used < (limit or 0) + self.config.answer_tokens):
             return []
         return self._out_of_budget()

@@ -8,6 +8,8 @@ does the same. The reference is `F.linear`; tests check the two agree.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 
@@ -20,6 +22,22 @@ def is_available() -> bool:
         and hasattr(_OPS, "_linear_pointwise")
         and hasattr(_OPS, "_reorder_linear_weight")
     )
+
+
+@functools.cache
+def supports(dtype: torch.dtype) -> bool:
+    """Whether oneDNN can pack weights of `dtype` on this CPU.
+
+    bf16 needs AVX-512 (BW/VL/DQ) or AVX-NE-CONVERT; on an AVX2-only CPU the reorder raises,
+    and the model keeps F.linear for that dtype.
+    """
+    if not is_available() or dtype not in (torch.float32, torch.bfloat16):
+        return False
+    try:
+        _OPS._reorder_linear_weight(torch.zeros(8, 8, dtype=dtype), 1)
+    except RuntimeError:
+        return False
+    return True
 
 
 class PackedLinear(nn.Module):
@@ -44,9 +62,7 @@ class PackedLinear(nn.Module):
 
 
 def prepack_linears(model: nn.Module, batch_hint: int = 32) -> int:
-    """Replace every CPU fp32/bf16 nn.Linear in `model` by a PackedLinear; returns how many."""
-    if not is_available():
-        return 0
+    """Replace every CPU nn.Linear whose dtype `supports` by a PackedLinear; returns how many."""
     swaps = []
     for parent in model.modules():
         for name, child in parent.named_children():
@@ -55,7 +71,7 @@ def prepack_linears(model: nn.Module, batch_hint: int = 32) -> int:
                 isinstance(child, nn.Linear)
                 and w is not None
                 and w.device.type == "cpu"
-                and w.dtype in (torch.float32, torch.bfloat16)
+                and supports(w.dtype)
             ):
                 swaps.append((parent, name, child))
     for parent, name, child in swaps:

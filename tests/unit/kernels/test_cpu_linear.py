@@ -2,7 +2,8 @@ import pytest
 import torch
 from torch import nn
 
-from pipeline.kernels.cpu_linear import PackedLinear, is_available, prepack_linears
+from pipeline.kernels import cpu_linear
+from pipeline.kernels.cpu_linear import PackedLinear, is_available, prepack_linears, supports
 
 pytestmark = pytest.mark.skipif(not is_available(), reason="this torch build has no oneDNN ops")
 
@@ -11,6 +12,8 @@ pytestmark = pytest.mark.skipif(not is_available(), reason="this torch build has
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("rows", [1, 7, 32, 100])
 def test_packed_linear_matches_f_linear(dtype, atol, bias, rows):
+    if not supports(dtype):
+        pytest.skip(f"oneDNN cannot pack {dtype} on this CPU (bf16 needs AVX-512 or AVX-NE)")
     torch.manual_seed(rows)
     lin = nn.Linear(96, 200, bias=bias).to(dtype)
     x = torch.randn(rows, 96, dtype=dtype)
@@ -27,3 +30,28 @@ def test_prepack_swaps_only_cpu_linears_and_keeps_3d_inputs_working():
     assert prepack_linears(model) == 2
     assert isinstance(model[0], PackedLinear) and isinstance(model[2][0], PackedLinear)
     assert torch.allclose(model(x), ref, atol=1e-5)
+
+
+def test_prepack_leaves_a_dtype_this_cpu_cannot_pack_on_f_linear(monkeypatch):
+    # An AVX2-only CPU cannot pack bf16: the reorder raises. Such linears must stay nn.Linear.
+    def reorder(w, batch_hint):
+        if w.dtype == torch.bfloat16:
+            raise RuntimeError("bf16 path needs the cpu support avx_ne_convert or avx512bw")
+        return torch.ops.mkldnn._reorder_linear_weight(w, batch_hint)
+
+    class Ops:
+        _reorder_linear_weight = staticmethod(reorder)
+        _linear_pointwise = torch.ops.mkldnn._linear_pointwise
+
+    monkeypatch.setattr(cpu_linear, "_OPS", Ops)
+    supports.cache_clear()
+    try:
+        model = nn.Sequential(nn.Linear(8, 16), nn.Linear(16, 4)).to(torch.bfloat16)
+        x = torch.randn(3, 8, dtype=torch.bfloat16)
+        ref = model(x)
+        assert not supports(torch.bfloat16) and supports(torch.float32)
+        assert prepack_linears(model) == 0
+        assert all(isinstance(m, nn.Linear) for m in model)
+        assert torch.equal(model(x), ref)
+    finally:
+        supports.cache_clear()

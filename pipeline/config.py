@@ -53,6 +53,9 @@ def _env(name: str, default: str) -> str:
     return os.environ.get(f"STEPWISE_{name}") or default
 
 
+KV_TRANSPORTS = ("shm_pool", "shm", "cuda_ipc")
+
+
 @dataclass(slots=True)
 class PipelineConfig:
     """Where the pipeline's services are and how its stages behave (env: STEPWISE_*)."""
@@ -63,7 +66,9 @@ class PipelineConfig:
     model: str = "tiny-reasoner"  # a path or a known name (see `stepwise models list`)
     dtype: str = "auto"
     worker_id: str = ""  # default: <stage>-<host>-<pid>
-    kv_transport: str = "shm"  # shm | cuda_ipc
+    # shm_pool: decode copies blocks straight out of prefill's pool (one copy; CPU engines);
+    # shm: prefill copies them into a buffer, decode out of it; cuda_ipc: the same on a GPU.
+    kv_transport: str = "shm_pool"
     export_pool_mb: int = 512  # prefill: bytes of KV leased out at once (backpressure above)
     kv_lease_ms: int = 30_000  # prefill keeps an export this long unless the importer acks
     job_state_ttl_s: int = 24 * 3600  # dedupe / done markers in Redis
@@ -79,8 +84,10 @@ class PipelineConfig:
     vllm_url: str = ""  # engine vllm: a running vLLM OpenAI server; empty: each worker starts one
 
     def __post_init__(self) -> None:
-        if self.kv_transport not in ("shm", "cuda_ipc"):
-            raise ValueError(f"kv_transport must be shm or cuda_ipc, got {self.kv_transport!r}")
+        if self.kv_transport not in KV_TRANSPORTS:
+            raise ValueError(
+                f"kv_transport must be one of {', '.join(KV_TRANSPORTS)}, got {self.kv_transport!r}"
+            )
         if self.export_pool_mb < 1 or self.max_prefill_batch < 1 or self.max_decode_seqs < 1:
             raise ValueError("pool size and batch sizes must be positive")
         if self.engine not in ("native", "vllm"):

@@ -180,9 +180,13 @@ class PrefillTask(msgspec.Struct, kw_only=True):
 
 class KVDescriptor(msgspec.Struct, kw_only=True):
     """Where an exported KV buffer lives and until when; its layout is the transport's
-    (pipeline/transfer: [layers, 2, kv_heads, tokens, head_dim], tokens padded to whole blocks)."""
+    (pipeline/transfer: [layers, 2, kv_heads, tokens, head_dim], tokens padded to whole blocks).
 
-    transport: Literal["shm", "cuda_ipc"]
+    `shm_pool` lends blocks of the exporter's own pool in place instead of a buffer: `handle`
+    names the pool's segment and the lease, `blocks` the sequence's block table there, and
+    `block_gens` the blocks' generations (a reader checks them; see transfer/shm_pool.py)."""
+
+    transport: Literal["shm", "shm_pool", "cuda_ipc"]
     handle: Annotated[str, Meta(min_length=1, max_length=8192)]
     num_tokens: Positive
     num_layers: Positive
@@ -192,6 +196,9 @@ class KVDescriptor(msgspec.Struct, kw_only=True):
     nbytes: Positive
     owner: str  # exporting worker id: only it can release the buffer
     expires_ms: NonNeg
+    block_size: Positive | None = None  # shm_pool only, as are the two below
+    blocks: Annotated[list[NonNeg], Meta(max_length=1 << 16)] | None = None
+    block_gens: Annotated[list[int], Meta(max_length=1 << 16)] | None = None
 
 
 class Handoff(PrefillTask, kw_only=True):

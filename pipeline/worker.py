@@ -26,6 +26,7 @@ from pipeline.budget import BudgetReader
 from pipeline.bus import Ack, BusConfig, ConsumeLoop, Producer
 from pipeline.config import EngineConfig, PipelineConfig
 from pipeline.engine.backend import StepEngine, make_engine
+from pipeline.engine.outputs import KVStorage
 from pipeline.engine.prepare import resolve_model
 from pipeline.errors import StepwiseError
 from pipeline.jobstate import JobState
@@ -194,13 +195,21 @@ class EngineStageWorker(StageWorker):
     own, so steps never block the event loop (and its group heartbeats); every engine call goes
     through `in_engine`."""
 
-    async def start_engine(self, max_num_seqs: int) -> StepEngine:
-        """The native engine, or the vLLM backend (`config.engine`) on `config.vllm_url`."""
+    async def start_engine(
+        self, max_num_seqs: int, kv_storage: KVStorage | None = None, extra_kv_gb: float = 0.0
+    ) -> StepEngine:
+        """The native engine, or the vLLM backend (`config.engine`) on `config.vllm_url`.
+
+        `kv_storage` / `extra_kv_gb`: where the native engine's KV pool lives, and how much
+        bigger than the default it is (prefill's lent blocks take that part)."""
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.stage}-engine")
         path = resolve_model(self.config.model)
         config = EngineConfig(model=str(path), dtype=self.config.dtype, max_num_seqs=max_num_seqs)
+        config.kv_cache_memory_gb += extra_kv_gb
         c = self.config
-        self.engine: StepEngine = await self.in_engine(make_engine, config, c.engine, c.vllm_url)
+        self.engine: StepEngine = await self.in_engine(
+            make_engine, config, c.engine, c.vllm_url, kv_storage
+        )
         return self.engine
 
     async def in_engine(self, fn, *args):

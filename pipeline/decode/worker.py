@@ -30,12 +30,13 @@ from pipeline.cache import CACHEABLE_VERDICTS, SCOPES, Cache, CacheConfig, Scope
 from pipeline.decode.core import JobRun, finish, outward, token_events
 from pipeline.decode.driver import ReasoningDriver, reasoning_params
 from pipeline.decode.reasoning import Note, ReasoningConfig
-from pipeline.engine import KVExport, Request
+from pipeline.engine import KVBlocks, KVExport, Request
 from pipeline.engine.sequence import SequenceStatus
 from pipeline.errors import StepwiseError
 from pipeline.stage_params import sampling_params
 from pipeline.transfer import KVHandle, TransferExpiredError, get_transport
-from pipeline.transfer.base import dtype_itemsize
+from pipeline.transfer.base import dtype_itemsize, torch_dtype
+from pipeline.transfer.shm_pool import PoolReader
 from pipeline.verify import tasks
 from pipeline.worker import EngineStageWorker, now_ms
 
@@ -60,7 +61,12 @@ class DecodeWorker(EngineStageWorker):
 
     async def setup(self) -> None:
         await self.start_engine(self.config.max_decode_seqs)
-        self.transport = get_transport(self.config.kv_transport)
+        # Decode reads whichever transport a handoff names (a prefill worker may be set up
+        # differently): the copying one of its config, and shared pools in place.
+        self.transport = get_transport(
+            "shm" if self.config.kv_transport == "shm_pool" else self.config.kv_transport
+        )
+        self.pool_reader = PoolReader()
         self.budgets = self.start_budget_reader()
         self.cache = Cache(self.redis, CacheConfig(key_prefix=self.config.topic_prefix))
         # The engine thread looks cached steps up itself, at step boundaries (a blocking GET
@@ -185,6 +191,8 @@ class DecodeWorker(EngineStageWorker):
     def _import(self, h: schema.Handoff, params):
         d = h.kv
         assert d is not None
+        if d.transport == "shm_pool":
+            return self._import_blocks(h, d, params)
         # The buffer holds whole blocks of the exporter's size: its token count follows from
         # its bytes; the first d.num_tokens of them are the sequence's.
         per_token = d.num_layers * 2 * d.num_kv_heads * d.head_dim * dtype_itemsize(d.dtype)
@@ -196,6 +204,28 @@ class DecodeWorker(EngineStageWorker):
                 buf[:, :, :, : d.num_tokens], h.seed,
             )  # fmt: skip
             return self.engine.import_kv(export, params)
+
+    def _import_blocks(self, h: schema.Handoff, d: schema.KVDescriptor, params):
+        """Copy the prefill worker's pinned blocks straight out of its shared pool."""
+        if d.blocks is None or d.block_gens is None or d.block_size is None:
+            raise TransferExpiredError("an shm_pool handoff without its blocks")
+        name = d.handle.partition("#")[0]
+        block_shape = (d.num_layers, 2, d.num_kv_heads, d.block_size, d.head_dim)
+        seq = None
+        try:
+            with self.pool_reader.read(
+                name, torch_dtype(d.dtype), block_shape, d.blocks, d.block_gens
+            ) as pool:
+                export = KVExport(
+                    h.id, [*h.token_ids, h.first_token], len(h.token_ids),
+                    KVBlocks(pool, list(d.blocks), d.num_tokens), h.seed,
+                )  # fmt: skip
+                seq = self.engine.import_kv(export, params)
+        except TransferExpiredError:
+            if seq is not None:  # copied, but the blocks were reused meanwhile: torn
+                self.engine.abort(seq.request_id)
+            raise
+        return seq
 
     def _tick(self, new: list[tuple[schema.Handoff, Ack]]) -> Tick:
         engine, tok = self.engine, self.engine.tokenizer

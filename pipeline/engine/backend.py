@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from pipeline.config import EngineConfig
-from pipeline.engine.outputs import Request, RequestOutput, TokenOutput
+from pipeline.engine.outputs import KVStorage, Request, RequestOutput, TokenOutput
 from pipeline.engine.sampling_params import SamplingParams
 from pipeline.engine.sequence import Sequence
 from pipeline.engine.tokenizer import StepBoundaryDetector, Tokenizer
@@ -46,12 +46,18 @@ class StepEngine(Protocol):
                  use_tqdm: bool = False) -> list[RequestOutput]: ...  # fmt: skip
 
 
-def make_engine(config: EngineConfig, kind: str = "native", vllm_url: str = "") -> StepEngine:
-    """The native engine, or the vLLM backend on the server at `vllm_url` (empty: start one)."""
+def make_engine(
+    config: EngineConfig,
+    kind: str = "native",
+    vllm_url: str = "",
+    kv_storage: KVStorage | None = None,
+) -> StepEngine:
+    """The native engine, or the vLLM backend on the server at `vllm_url` (empty: start one).
+    `kv_storage` places the native engine's KV pool (vLLM keeps its own)."""
     if kind == "native":
         from pipeline.engine.engine import Engine
 
-        return Engine(config)
+        return Engine(config, kv_storage)
     if kind == "vllm":
         from pipeline.engine.vllm_backend import VLLMEngine
 

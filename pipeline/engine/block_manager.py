@@ -4,6 +4,11 @@ Prefix caching follows vLLM/nano-vllm: a full block is identified by a chained h
 covers every block before it), and a hash hit is confirmed by comparing the block's tokens, so
 a collision is caught rather than trusted. Freed blocks keep their hash until they are reused,
 which is what lets a later request with the same prefix skip its prefill.
+
+Each block also has a generation, bumped whenever the block is taken for new content. A
+handoff that lends blocks to another process names them with their generations, so a reader
+can tell the blocks it was promised from blocks since reused (pipeline/transfer/shm_pool.py
+keeps the generations in shared memory for that reason).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import hashlib
 from array import array
 from collections import deque
+from collections.abc import MutableSequence
 
 from pipeline.engine.sequence import Sequence
 
@@ -38,7 +44,13 @@ class Block:
 class BlockManager:
     """Owns the block pool; the scheduler asks it for slots, the engine for copies."""
 
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        enable_prefix_caching: bool = True,
+        generations: MutableSequence[int] | None = None,
+    ):
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
         self.blocks = [Block(i) for i in range(num_blocks)]
@@ -47,6 +59,9 @@ class BlockManager:
         # (src, dst) block copies the engine must apply before the next forward (copy-on-write).
         self.pending_copies: list[tuple[int, int]] = []
         self.num_prefix_hits = 0  # tokens served from the prefix cache, cumulative
+        if generations is not None and len(generations) != num_blocks:
+            raise ValueError(f"{len(generations)} generations for {num_blocks} blocks")
+        self.generations = generations if generations is not None else array("q", [0]) * num_blocks
 
     @property
     def num_blocks(self) -> int:
@@ -73,6 +88,7 @@ class BlockManager:
         block.hash = NO_HASH
         block.token_ids = []
         block.ref_count = 1
+        self.generations[block_id] += 1
         return block_id
 
     def _take_cached_block(self, block_id: int) -> None:
@@ -135,6 +151,15 @@ class BlockManager:
             self._release(block_id)
         seq.block_table = []
         seq.num_computed_tokens = 0
+
+    def pin(self, block_ids: list[int]) -> None:
+        """Hold blocks past their sequence (a KV handoff another process reads in place)."""
+        for block_id in block_ids:
+            self._take_cached_block(block_id)
+
+    def unpin(self, block_ids: list[int]) -> None:
+        for block_id in block_ids:
+            self._release(block_id)
 
     def _release(self, block_id: int) -> None:
         block = self.blocks[block_id]

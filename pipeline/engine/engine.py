@@ -21,7 +21,15 @@ from pipeline.engine.kv_cache import KVCache
 from pipeline.engine.loader import load_model
 from pipeline.engine.model_config import ModelConfig
 from pipeline.engine.model_runner import ModelRunner
-from pipeline.engine.outputs import KVExport, Request, RequestOutput, TokenOutput
+from pipeline.engine.outputs import (
+    KVBlocks,
+    KVExport,
+    KVStorage,
+    PinnedKV,
+    Request,
+    RequestOutput,
+    TokenOutput,
+)
 from pipeline.engine.sampling_params import SamplingParams
 from pipeline.engine.scheduler import Scheduler
 from pipeline.engine.sequence import Sequence
@@ -67,7 +75,7 @@ class Engine:
 
     can_export_kv = True  # (the StepEngine interface, pipeline/engine/backend.py)
 
-    def __init__(self, config: EngineConfig):
+    def __init__(self, config: EngineConfig, kv_storage: KVStorage | None = None):
         self.config = config
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
@@ -99,6 +107,10 @@ class Engine:
         num_blocks = config.num_kv_blocks or max(
             2, int(config.kv_cache_memory_gb * 2**30 // per_block)
         )
+        storage = generations = None
+        if kv_storage is not None:
+            numel = num_blocks * per_block // self.dtype.itemsize
+            storage, generations = kv_storage(num_blocks, numel, self.dtype)
         self.kv_cache = KVCache(
             mc.num_hidden_layers,
             num_blocks,
@@ -107,9 +119,10 @@ class Engine:
             mc.head_dim,
             self.dtype,
             self.device,
+            storage,
         )
         self.block_manager = BlockManager(
-            num_blocks, config.block_size, config.enable_prefix_caching
+            num_blocks, config.block_size, config.enable_prefix_caching, generations
         )
         self.scheduler = Scheduler(
             self.block_manager, config.max_num_seqs, config.max_num_batched_tokens
@@ -256,15 +269,37 @@ class Engine:
         kv = self.kv_cache.export(seq.block_table, seq.num_computed_tokens, out)
         return KVExport(seq.request_id, list(seq.token_ids), seq.num_prompt_tokens, kv, seq.seed)
 
+    def pin_kv(self, request_id: str) -> PinnedKV:
+        """Hold the sequence's computed blocks past its end, for a reader of this engine's
+        pool (a handoff in place); `unpin_kv` lets them go. Their generations name them."""
+        seq = self._get(request_id)
+        n = seq.num_computed_tokens
+        blocks = seq.block_table[: self.block_manager.num_blocks_for(n)]
+        self.block_manager.pin(blocks)
+        gens = self.block_manager.generations
+        return PinnedKV(list(blocks), [int(gens[b]) for b in blocks], n)
+
+    def unpin_kv(self, blocks: list[int]) -> None:
+        self.block_manager.unpin(blocks)
+
     def import_kv(self, export: KVExport, params: SamplingParams) -> Sequence:
         """Continue a sequence from another engine's export without recomputing its KV."""
         n = export.num_kv_tokens
         if not 0 < n < len(export.token_ids):
             raise InvalidRequestError("an export must cover fewer tokens than the sequence has")
         mc = self.model_config
-        expected = (mc.num_hidden_layers, 2, mc.num_key_value_heads, n, mc.head_dim)
-        if tuple(export.kv.shape) != expected:
-            raise InvalidRequestError(f"KV shape {tuple(export.kv.shape)} != {expected}")
+        if isinstance(export.kv, KVBlocks):
+            src = export.kv
+            expected = (mc.num_hidden_layers, 2, mc.num_key_value_heads, self.kv_cache.block_size)
+            got = tuple(src.pool.shape[:3]) + (src.pool.shape[4],)
+            if got != expected or src.pool.shape[5] != mc.head_dim:
+                raise InvalidRequestError(f"KV pool shape {tuple(src.pool.shape)} != {expected}")
+            if len(src.blocks) != self.block_manager.num_blocks_for(n):
+                raise InvalidRequestError(f"{len(src.blocks)} blocks for {n} tokens")
+        else:
+            expected = (mc.num_hidden_layers, 2, mc.num_key_value_heads, n, mc.head_dim)
+            if tuple(export.kv.shape) != expected:
+                raise InvalidRequestError(f"KV shape {tuple(export.kv.shape)} != {expected}")
         prompt = export.token_ids[: export.num_prompt_tokens]
         seq = self._new_sequence(Request(export.request_id, prompt, params))
         seq.token_ids = list(export.token_ids)
@@ -272,7 +307,10 @@ class Engine:
         if not self.block_manager.can_allocate(seq, n, []):
             raise KVPoolExhaustedError("no free KV blocks to import into")
         self.block_manager.allocate(seq, n, [])
-        self.kv_cache.import_(seq.block_table, export.kv)
+        if isinstance(export.kv, KVBlocks):
+            self.kv_cache.import_blocks(seq.block_table, export.kv.pool, export.kv.blocks)
+        else:
+            self.kv_cache.import_(seq.block_table, export.kv)
         seq.num_computed_tokens = n
         self.block_manager.cache_full_blocks(seq, 0)
         if self.step_detector is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from pipeline.kernels.kv_transfer import export_blocks, import_blocks
+from pipeline.kernels.kv_transfer import copy_blocks_between, export_blocks, import_blocks
 
 
 class KVCache:
@@ -25,18 +25,24 @@ class KVCache:
         head_dim: int,
         dtype: torch.dtype,
         device: torch.device,
+        storage: torch.Tensor | None = None,
     ):
+        """`storage`: memory to hold the pool (e.g. shared memory other processes read
+        handed-off blocks from in place), at least as many elements of `dtype`; zeroed."""
         self.block_size = block_size
-        self.kv = torch.zeros(
-            num_layers,
-            2,
-            num_kv_heads,
-            num_blocks,
-            block_size,
-            head_dim,
-            dtype=dtype,
-            device=device,
-        )
+        shape = (num_layers, 2, num_kv_heads, num_blocks, block_size, head_dim)
+        if storage is None:
+            self.kv = torch.zeros(shape, dtype=dtype, device=device)
+        else:
+            numel = num_layers * 2 * num_kv_heads * num_blocks * block_size * head_dim
+            if storage.dtype != dtype or storage.numel() < numel:
+                raise ValueError(f"KV storage must hold {numel} {dtype} elements")
+            if storage.device.type != torch.device(device).type:
+                raise ValueError(
+                    f"KV storage on {storage.device} for an engine on {device} (shared-memory "
+                    "pools are for CPU engines; on a GPU use the cuda_ipc transport)"
+                )
+            self.kv = storage.reshape(-1)[:numel].view(shape)
         self.layers = [(self.kv[i, 0], self.kv[i, 1]) for i in range(num_layers)]
 
     @staticmethod
@@ -73,6 +79,10 @@ class KVCache:
         blocks = torch.tensor(block_table[:nb], dtype=torch.long, device=self.kv.device)
         export_blocks(self.kv, blocks, out)
         return out[:, :, :, :num_tokens]
+
+    def import_blocks(self, block_table: list[int], src: torch.Tensor, blocks: list[int]) -> None:
+        """Copy blocks `blocks` of another pool `src` (same layout) into `block_table`."""
+        copy_blocks_between(self.kv, block_table[: len(blocks)], src, blocks)
 
     def import_(self, block_table: list[int], kv: torch.Tensor) -> None:
         """Write [layers, 2, kv_heads, tokens, head_dim] into the slots of `block_table`."""

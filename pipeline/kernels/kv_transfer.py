@@ -37,6 +37,32 @@ def import_blocks_torch(kv: torch.Tensor, blocks: torch.Tensor, src: torch.Tenso
         kv.view(l, 2, h, n * bs, d).index_copy_(3, slots, src[:, :, :, full * bs :])
 
 
+def block_runs(src: list[int], dst: list[int]) -> list[tuple[int, int, int]]:
+    """(src_start, dst_start, length) runs where both block lists step by one together."""
+    runs: list[tuple[int, int, int]] = []
+    for s, d in zip(src, dst, strict=True):
+        if runs and runs[-1][0] + runs[-1][2] == s and runs[-1][1] + runs[-1][2] == d:
+            runs[-1] = (runs[-1][0], runs[-1][1], runs[-1][2] + 1)
+        else:
+            runs.append((s, d, 1))
+    return runs
+
+
+def copy_blocks_between(
+    dst: torch.Tensor, dst_blocks: list[int], src: torch.Tensor, src_blocks: list[int]
+) -> None:
+    """dst[:, :, :, dst_blocks[i]] = src[:, :, :, src_blocks[i]]: pool to pool, one copy.
+
+    Both are [L, 2, KVH, num_blocks, bs, D] pools (of different sizes, e.g. another process's
+    pool in shared memory). Each run of consecutive blocks is one strided copy of whole block
+    rows, with no staging buffer: a gather then a scatter would move every byte twice.
+    """
+    if dst.shape[:3] != src.shape[:3] or dst.shape[4:] != src.shape[4:]:
+        raise ValueError(f"pool shapes differ: {tuple(dst.shape)} vs {tuple(src.shape)}")
+    for s, d, n in block_runs(src_blocks, dst_blocks):
+        dst[:, :, :, d : d + n].copy_(src[:, :, :, s : s + n])
+
+
 def export_blocks(kv: torch.Tensor, blocks: torch.Tensor, out: torch.Tensor) -> None:
     """Dispatches to Triton on CUDA (or when forced), else to the torch reference."""
     if dispatch.use_triton(kv):

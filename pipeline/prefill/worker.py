@@ -1,11 +1,13 @@
 """`stepwise worker prefill`: prefill -> (batch prefill, first token, KV export) -> handoff.
 
 Prompts arriving together are prefilled in one engine batch; each sequence is paused after its
-first token, its KV is gathered straight into a leased shared-memory buffer, and the Handoff
-names that buffer. The buffer lives until the decode worker acks it or the lease expires.
-Unlike decode, a prefill export must be released: the pool is reaped on every loop and closed
-on shutdown, and when it is full the worker pauses its partitions (or, for a job already taken,
-hands off without KV so decode re-prefills).
+first token and its KV handed over (export.py): by default its blocks of the engine's
+shared-memory pool are pinned and the Handoff names them (decode copies them out in place);
+with the `shm` / `cuda_ipc` transports they are copied into a leased buffer instead. Either
+lives until the decode worker acks it or the lease expires. Unlike decode, a prefill export
+must be released: leases are reaped on every loop and released on shutdown, and when they are
+nearly all taken the worker pauses its partitions (or, for a job already taken, hands off
+without KV so decode re-prefills).
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from pipeline.cache import Cache, CacheConfig, partitions_key, prefix_hashes
 from pipeline.engine import Request
 from pipeline.engine.sequence import Sequence
 from pipeline.errors import StepwiseError
+from pipeline.prefill.export import make_exporter
 from pipeline.stage_params import sampling_params
-from pipeline.transfer import ExportPool, ExportPoolFullError, get_transport
 from pipeline.worker import EngineStageWorker
 
 log = logging.getLogger(__name__)
@@ -45,17 +47,22 @@ class PrefillWorker(EngineStageWorker):
 
     async def setup(self) -> None:
         c = self.config
-        await self.start_engine(c.max_prefill_batch)
-        self.pool = ExportPool(
-            get_transport(c.kv_transport), self.worker_id, c.export_pool_mb << 20, c.kv_lease_ms
+        exporter = make_exporter(
+            c.kv_transport, self.worker_id, c.export_pool_mb << 20, c.kv_lease_ms
         )
+        engine = await self.start_engine(
+            c.max_prefill_batch, exporter.kv_storage, exporter.extra_kv_gb
+        )
+        if engine.can_export_kv and hasattr(exporter, "bind"):
+            exporter.bind(engine)
+        self.exporter = exporter
         self.pending: asyncio.Queue[_Pending] = asyncio.Queue()
         # Prefix routing: this worker's prompt blocks are warm in its prefix cache for a while.
         self.cache = Cache(self.redis, CacheConfig(key_prefix=c.topic_prefix))
         self._tasks.append(asyncio.create_task(self._prefill_loop()))
 
     def should_pause(self) -> bool:
-        return self.pool.used_bytes > 0.9 * self.pool.max_bytes or self.pending.qsize() >= 4 * (
+        return self.exporter.nearly_full() or self.pending.qsize() >= 4 * (
             self.config.max_prefill_batch
         )
 
@@ -64,9 +71,8 @@ class PrefillWorker(EngineStageWorker):
         await self.pending.put(_Pending(task, ack, time.perf_counter()))
 
     async def _release_acked(self) -> None:
-        for handle in await self.state.take_kv_acks(self.worker_id):
-            self.pool.ack(handle)
-        self.pool.reap()
+        acked = await self.state.take_kv_acks(self.worker_id)
+        await self.in_engine(self.exporter.release, self.engine, acked)
 
     async def _prefill_loop(self) -> None:
         while True:
@@ -147,7 +153,7 @@ class PrefillWorker(EngineStageWorker):
         t = p.task
         # vLLM keeps its KV to itself: decode re-prefills from token ids (a prefix-cache hit
         # when both stages share one vLLM server).
-        kv = self._export(seq, t.id) if self.engine.can_export_kv else None
+        kv = self.exporter.export(self.engine, seq) if self.engine.can_export_kv else None
         return schema.Handoff(
             **{f: getattr(t, f) for f in t.__struct_fields__},
             first_token=seq.token_ids[seq.num_prompt_tokens],
@@ -156,28 +162,6 @@ class PrefillWorker(EngineStageWorker):
             prefill_worker=self.worker_id,
             prefill_ms=int((time.perf_counter() - p.received) * 1000),
             seed=seq.seed,
-        )
-
-    def _export(self, seq: Sequence, job_id: str) -> schema.KVDescriptor | None:
-        engine = self.engine
-        try:
-            handle, buf = self.pool.export(engine.export_shape(seq.request_id), engine.dtype)
-        except ExportPoolFullError:
-            log.warning("export pool full: %s goes to decode without KV", job_id)
-            return None
-        engine.export_kv(seq.request_id, out=buf)
-        mc = engine.model_config
-        return schema.KVDescriptor(
-            transport=handle.transport,
-            handle=handle.handle,
-            num_tokens=seq.num_computed_tokens,
-            num_layers=mc.num_hidden_layers,
-            num_kv_heads=mc.num_key_value_heads,
-            head_dim=mc.head_dim,
-            dtype=handle.dtype,
-            nbytes=handle.nbytes,
-            owner=self.worker_id,
-            expires_ms=handle.expires_ms,
         )
 
     async def report_metrics(self) -> None:
@@ -192,7 +176,8 @@ class PrefillWorker(EngineStageWorker):
     async def teardown(self) -> None:
         with contextlib.suppress(Exception):
             await self.cache.mark_dead(self.worker_id)
-        # Unlike decode, prefill holds buffers other processes may still read: release them.
-        if hasattr(self, "pool"):
-            self.pool.close()
+        # Unlike decode, prefill holds KV other processes may still read: release it (a
+        # reader that already maps the segment finishes its copy; later ones re-prefill).
+        if (exporter := getattr(self, "exporter", None)) is not None:
+            exporter.close()
         await super().teardown()

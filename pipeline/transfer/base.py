@@ -57,6 +57,10 @@ class KVHandle:
         return self.shape[3]
 
 
+def torch_dtype(name: str) -> torch.dtype:
+    return _DTYPES[name]
+
+
 def dtype_itemsize(name: str) -> int:
     return _DTYPES[name].itemsize
 

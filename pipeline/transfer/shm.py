@@ -32,6 +32,47 @@ _FMT = "<Iq"
 _GRANULE = 1 << 20  # segment sizes round up to 1 MiB, so released ones fit later exports
 
 
+def segment_tag() -> str:
+    """The prefix of every segment this process creates."""
+    return f"sw{os.getpid()}_"
+
+
+class Attachments:
+    """An importer's mappings of other processes' segments, by name, least recently used
+    closed first: mapping a segment again costs a page fault per 4 KiB on the next copy."""
+
+    def __init__(self, max_attached: int = 64) -> None:
+        self.max_attached = max_attached
+        self._segments: OrderedDict[str, shared_memory.SharedMemory] = OrderedDict()
+
+    def get(self, name: str) -> shared_memory.SharedMemory:
+        seg = self._segments.get(name)
+        if seg is not None:
+            self._segments.move_to_end(name)
+            return seg
+        try:
+            seg = shared_memory.SharedMemory(name=name, create=False)
+        except FileNotFoundError as e:
+            raise TransferExpiredError(f"KV segment {name} is gone") from e
+        # Attaching registers the segment with this process's resource tracker, which would
+        # unlink it when this process exits (Python < 3.13): the exporter owns it, not us
+        # (unless the exporter is this process, whose registration must stay).
+        if not name.startswith(segment_tag()):
+            resource_tracker.unregister(seg._name, "shared_memory")  # type: ignore[attr-defined]
+        self._segments[name] = seg
+        while len(self._segments) > self.max_attached:
+            _, old = self._segments.popitem(last=False)
+            with contextlib.suppress(BufferError):
+                old.close()
+        return seg
+
+    def close(self) -> None:
+        for seg in self._segments.values():
+            with contextlib.suppress(BufferError):
+                seg.close()
+        self._segments.clear()
+
+
 def _lease_of(seg: shared_memory.SharedMemory) -> int:
     magic, lease = struct.unpack_from(_FMT, seg.buf, 0)
     return lease if magic == _MAGIC else -1
@@ -41,15 +82,14 @@ class ShmTransport:
     name = "shm"
 
     def __init__(self, max_free_bytes: int = 1 << 30, max_attached: int = 64) -> None:
-        self._tag = f"sw{os.getpid()}_{secrets.token_hex(3)}"
+        self._tag = f"{segment_tag()}{secrets.token_hex(3)}"
         self._names = itertools.count()
         self._leases = itertools.count(1)
         self._live: dict[str, shared_memory.SharedMemory] = {}  # handle -> leased segment
         self._free: list[shared_memory.SharedMemory] = []
         self._free_bytes = 0
         self.max_free_bytes = max_free_bytes
-        self._attached: OrderedDict[str, shared_memory.SharedMemory] = OrderedDict()
-        self.max_attached = max_attached
+        self._attached = Attachments(max_attached)
 
     # -- exporter ---------------------------------------------------------------------------
 
@@ -106,38 +146,16 @@ class ShmTransport:
             self._destroy(seg)
         self._live.clear()
         self._free.clear()
-        for seg in self._attached.values():
-            with contextlib.suppress(BufferError):
-                seg.close()
-        self._attached.clear()
+        self._attached.close()
 
     # -- importer ---------------------------------------------------------------------------
-
-    def _attach_segment(self, name: str) -> shared_memory.SharedMemory:
-        seg = self._attached.get(name)
-        if seg is not None:
-            self._attached.move_to_end(name)
-            return seg
-        try:
-            seg = shared_memory.SharedMemory(name=name, create=False)
-        except FileNotFoundError as e:
-            raise TransferExpiredError(f"KV segment {name} is gone") from e
-        # Attaching registers the segment with this process's resource tracker, which would
-        # unlink it when this process exits (Python < 3.13): the exporter owns it, not us.
-        resource_tracker.unregister(seg._name, "shared_memory")  # type: ignore[attr-defined]
-        self._attached[name] = seg
-        while len(self._attached) > self.max_attached:
-            _, old = self._attached.popitem(last=False)
-            with contextlib.suppress(BufferError):
-                old.close()
-        return seg
 
     @contextmanager
     def attach(self, handle: KVHandle) -> Iterator[torch.Tensor]:
         """A view of the exported KV; valid only inside the block (copy out of it there)."""
         name, _, lease_s = handle.handle.partition("#")
         lease = int(lease_s) if lease_s.isdigit() else -2
-        seg = self._attach_segment(name)
+        seg = self._attached.get(name)
         if _lease_of(seg) != lease:
             raise TransferExpiredError(f"KV lease {handle.handle} expired")
         numel = handle.nbytes // handle.torch_dtype.itemsize

@@ -67,6 +67,27 @@ async def test_n_jobs_in_exactly_n_results_out_with_gap_free_events(stack):
 
 
 @pytest.mark.slow
+async def test_kv_handed_over_by_copy_when_asked(kafka_bootstrap, redis_url, topics, verify_worker):
+    """`shm` (a buffer per export; what a GPU's cuda_ipc does too) instead of the default
+    in-place pool: jobs served, nothing re-prefilled. (Seeds differ per run: the same job
+    again would be an answer-cache hit and never reach prefill.)"""
+    for seed, transport in enumerate(("shm", "shm_pool")):
+        config = stack_config(kafka_bootstrap, redis_url, topics, kv_transport=transport)
+        async with running_stack(config) as (_, prefill, decode):
+            params = schema.JobParams(temperature=0.7, seed=seed, max_tokens=120, verify="off")
+            jobs = [
+                schema.Job(id=f"{transport}-{uuid.uuid4().hex[:8]}", prompt=p, params=params)
+                for p in PROBLEMS[:3]
+            ]
+            _, results = await run_jobs(config, jobs)
+            assert decode.num_reprefills == 0
+            assert type(prefill.exporter).__name__ == (
+                "PinnedExporter" if transport == "shm_pool" else "BufferExporter"
+            )
+            assert [results[j.id][0].status for j in jobs] == ["ok"] * len(jobs)
+
+
+@pytest.mark.slow
 async def test_duplicate_job_ids_get_one_result(stack):
     config, (ingest, _, _) = stack
     j = job(1)

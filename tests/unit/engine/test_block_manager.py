@@ -117,3 +117,35 @@ def test_truncate_keeps_step_ends_before_the_cut():
     s.num_computed_tokens = 8
     s.truncate(7)
     assert s.step_ends == [6] and s.step_start == 6
+
+
+def test_pinned_blocks_outlive_their_sequence_until_unpinned():
+    bm = BlockManager(num_blocks=8, block_size=4)
+    s = seq(range(10))
+    admit(bm, s)
+    table = list(s.block_table)
+    bm.pin(table)
+    bm.free(s)  # the sequence ends; a reader still holds its blocks
+    assert bm.num_free_blocks == 5 and all(bm.blocks[b].ref_count == 1 for b in table)
+    other = seq(range(100, 124), "o")
+    assert not bm.can_allocate(other, 24, [])  # 6 blocks needed, 5 free: pinned ones stay out
+    bm.unpin(table)
+    assert bm.num_free_blocks == 8
+
+
+def test_generation_changes_when_a_block_gets_new_content_only():
+    gens = [0] * 4  # any mutable sequence: shared memory in the pipeline
+    bm = BlockManager(num_blocks=4, block_size=4, generations=gens)
+    a = seq(range(8), "a")
+    admit(bm, a)
+    table = list(a.block_table)
+    first = [gens[b] for b in table]
+    assert first == [1, 1]
+    bm.free(a)
+    b = seq(list(range(8)) + [50], "b")  # a prefix hit takes the same blocks, same content
+    admit(bm, b)
+    assert [gens[x] for x in b.block_table[:2]] == first
+    bm.free(b)
+    c = seq(range(200, 216), "c")  # fills the pool: every block gets new content
+    admit(bm, c)
+    assert [gens[b] for b in table] == [2, 2]

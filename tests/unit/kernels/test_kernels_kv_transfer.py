@@ -8,7 +8,12 @@ import torch
 
 from pipeline.engine.kv_cache import KVCache
 from pipeline.kernels import dispatch
-from pipeline.kernels.kv_transfer import export_blocks_torch, import_blocks_torch
+from pipeline.kernels.kv_transfer import (
+    block_runs,
+    copy_blocks_between,
+    export_blocks_torch,
+    import_blocks_torch,
+)
 from tests.unit.kernels.kernel_helpers import DTYPES
 
 BS = 4
@@ -77,3 +82,21 @@ def test_wrapper_rejects_bad_arguments(kernels, device):
         mod.export_blocks_triton(kv, blocks, out.transpose(2, 3))
     with pytest.raises(dispatch.KernelArgumentError, match="must be contiguous"):
         mod.export_blocks_triton(kv.transpose(3, 4), blocks, out)
+
+
+def test_block_runs_coalesce_only_blocks_that_step_together():
+    assert block_runs([4, 5, 6, 9, 2], [0, 1, 2, 3, 7]) == [(4, 0, 3), (9, 3, 1), (2, 7, 1)]
+    assert block_runs([], []) == []
+
+
+def test_pool_to_pool_copy_matches_per_block_reference():
+    src = pool("cpu", torch.float32, seed=1)
+    dst = torch.zeros(2, 2, 2, 12, BS, 8)  # a pool of another size
+    src_blocks, dst_blocks = [3, 4, 5, 0, 8], [6, 7, 8, 1, 2]
+    copy_blocks_between(dst, dst_blocks, src, src_blocks)
+    ref = torch.zeros_like(dst)
+    for s, d in zip(src_blocks, dst_blocks, strict=True):
+        ref[:, :, :, d] = src[:, :, :, s]
+    assert torch.equal(dst, ref)
+    with pytest.raises(ValueError, match="pool shapes differ"):
+        copy_blocks_between(torch.zeros(2, 2, 2, 12, BS, 4), [0], src, [0])

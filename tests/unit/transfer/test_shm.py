@@ -15,11 +15,13 @@ import torch
 from pipeline.engine import Engine, EngineConfig, Request, SamplingParams
 from pipeline.transfer.base import ExportPool, KVHandle, TransferExpiredError
 from pipeline.transfer.shm import ShmTransport
+from tests.unit.transfer.importer import REPORT, run_importer
 
 PARAMS = SamplingParams(temperature=0.8, seed=77, max_tokens=24, ignore_eos=True)
 
-IMPORTER = textwrap.dedent(
-    """
+IMPORTER = (
+    textwrap.dedent(
+        """
     import json, sys
     from pipeline.engine import Engine, EngineConfig, KVExport, SamplingParams
     from pipeline.transfer.base import KVHandle
@@ -31,11 +33,9 @@ IMPORTER = textwrap.dedent(
         kv = kv[:, :, :, : msg["num_kv_tokens"]]  # the buffer holds whole blocks
         export = KVExport("r", msg["token_ids"], msg["num_prompt_tokens"], kv, msg["seed"])
         seq = engine.import_kv(export, SamplingParams(**msg["params"]))
-    while engine.has_unfinished():
-        engine.step()
-    print(json.dumps({"tokens": seq.output_token_ids,
-                      "recomputed": engine.stats.num_prefill_tokens}))
     """
+    )
+    + REPORT
 )
 
 
@@ -63,16 +63,7 @@ def test_kv_crosses_processes_through_shm_and_decoding_continues_exactly(llama_d
         "seed": seq.seed,
         "params": {"temperature": 0.8, "seed": 77, "max_tokens": 24, "ignore_eos": True},
     }
-    out = subprocess.run(
-        [sys.executable, "-c", IMPORTER],
-        input=json.dumps(msg),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": os.getcwd()},
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result = run_importer(IMPORTER, msg)
     assert result["tokens"] == expected
     assert result["recomputed"] == 0
     assert pool.ack(handle.handle) and pool.used_bytes == 0

@@ -1,14 +1,19 @@
 """Pipeline overhead: the same jobs through the engine in-process and through the full pipeline.
 
     python bench/pipeline_overhead.py [--n 64] [--model tiny-reasoner] [--hops 200]
+                                      [--verify off|async|strict] [--full-stack]
 
 One run, same problems, same seeds, same sampling:
   * engine-only: `Engine` in this process, every request added at once (saturation);
   * pipeline: ingest, prefill and decode worker processes on the local stack (embedded
-    Kafka-compatible broker + Redis), every job published at once after a warm-up job;
+    Kafka-compatible broker + Redis), every job published at once after a warm-up job. Jobs
+    run with verify=off by default, as the engine-only side verifies nothing (--verify async
+    adds the Celery verify workers); --full-stack also starts the budget controller and the
+    gateway;
   * Kafka hop: produce -> consume latency of single records on the same broker;
-  * KV handoff: shared-memory export + import vs a plain memcpy of the same bytes
-    (bench/kv_handoff.py, SmolLM2's KV shape when it is prepared, else the tiny reasoner's).
+  * KV handoff: bench/kv_handoff.py (the default shm_pool transport's scattered-blocks figure
+    against a plain memcpy of the same bytes; SmolLM2's KV shape when it is prepared, else the
+    tiny reasoner's).
 Targets (issue 4): pipeline throughput >= 85% of engine-only, hop p50 < 5 ms, handoff >= 50%
 of memcpy. Worker processes get one torch thread each, and so does the engine-only side
 (`--threads`). The last line is one JSON object.
@@ -35,7 +40,7 @@ from pipeline.config import EngineConfig, PipelineConfig  # noqa: E402
 from pipeline.engine import Engine, Request, SamplingParams  # noqa: E402
 from pipeline.engine.prepare import resolve_model  # noqa: E402
 from pipeline.evals.tasks import load_problems  # noqa: E402
-from pipeline.stack import Stack  # noqa: E402
+from pipeline.stack import WORKERS, Stack  # noqa: E402
 
 MAX_TOKENS = 256
 
@@ -79,7 +84,7 @@ def engine_only(model: str, problems, threads: int) -> dict:
     return summarize(time.perf_counter() - t0, tokens, list(done.values()))
 
 
-async def pipeline_run(kafka: str, prefix: str, problems) -> dict:
+async def pipeline_run(kafka: str, prefix: str, problems, verify: str) -> dict:
     async with StepwiseClient(kafka, prefix) as client:
         warm = schema.Job(id=f"warm-{uuid.uuid4().hex[:6]}", prompt="1 + 1")
         await client.submit(warm)
@@ -90,7 +95,9 @@ async def pipeline_run(kafka: str, prefix: str, problems) -> dict:
             schema.Job(
                 id=f"bench-{tag}-{i}",
                 prompt=" ".join(p.question.split()),
-                params=schema.JobParams(temperature=0.7, seed=i, max_tokens=MAX_TOKENS),
+                params=schema.JobParams(
+                    temperature=0.7, seed=i, max_tokens=MAX_TOKENS, verify=verify
+                ),
                 created_ms=int(time.time() * 1000),
             )
             for i, p in enumerate(problems)
@@ -164,6 +171,13 @@ def main() -> None:
     # OpenMP threads per process mostly wait on each other (measured: 3-5x slower under load).
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--hops", type=int, default=200)
+    # The engine-only side verifies nothing, so by default neither does the pipeline: the
+    # ratio is the cost of the pipeline, not of Z3 (bench/verify_quality.py measures that).
+    ap.add_argument("--verify", choices=["off", "async", "strict"], default="off")
+    # The stages a job passes through; --full-stack adds the budget controller (which cuts
+    # thinking budgets when saturation breaks the SLO: then the two sides do different work)
+    # and the gateway, which idle here but share the two cores.
+    ap.add_argument("--full-stack", action="store_true")
     args = ap.parse_args()
     problems = load_problems("indist", args.n, args.seed)
     load0 = os.getloadavg()[0]
@@ -172,12 +186,17 @@ def main() -> None:
     eng = engine_only(args.model, problems, args.threads)
     os.environ["OMP_NUM_THREADS"] = "1"  # worker processes: one torch thread each
     config = PipelineConfig.from_env(model=args.model, dtype="float32")
-    print(f"pipeline: {args.n} jobs ...", flush=True)
+    print(f"pipeline: {args.n} jobs (verify={args.verify}) ...", flush=True)
     import tempfile
 
-    with Stack(config, log_dir=tempfile.mkdtemp(prefix="bench-pipeline-")) as stack:
+    workers = ("ingest", "prefill", "decode") + (("verify",) if args.verify != "off" else ())
+    if args.full_stack:
+        workers = WORKERS
+    log_dir = tempfile.mkdtemp(prefix="bench-pipeline-")
+    print(f"pipeline workers: {', '.join(workers)}", flush=True)
+    with Stack(config, workers=workers, log_dir=log_dir) as stack:
         kafka = stack.services.bootstrap_servers
-        pipe = asyncio.run(pipeline_run(kafka, config.topic_prefix, problems))
+        pipe = asyncio.run(pipeline_run(kafka, config.topic_prefix, problems, args.verify))
         hop = asyncio.run(hop_latency(kafka, args.hops))
     ho = handoff(args.threads)
 
@@ -196,6 +215,8 @@ def main() -> None:
             {
                 "bench": "pipeline_overhead",
                 "n": args.n,
+                "verify": args.verify,
+                "workers": list(workers),
                 "engine_tokens_per_s": round(eng["tokens_per_s"], 2),
                 "pipeline_tokens_per_s": round(pipe["tokens_per_s"], 2),
                 "throughput_ratio": round(ratio, 3),

@@ -348,8 +348,10 @@ def matmul_seconds(
     torch.set_num_threads(threads)
     dt = getattr(torch, dtype)
     gen = torch.Generator().manual_seed(0)
+    from pipeline.kernels.cpu_linear import supports
+
     ops = torch.ops.mkldnn
-    packed_ok = torch.backends.mkldnn.is_available() and hasattr(ops, "_linear_pointwise")
+    packed_ok = supports(dt)  # what the engine does: no oneDNN bf16 on an AVX2-only CPU
 
     def make(n_in: int, n_out: int) -> dict:
         w = torch.randn(n_out, n_in, generator=gen).to(dt)

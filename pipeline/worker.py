@@ -219,8 +219,8 @@ class EngineStageWorker(StageWorker):
         executor = getattr(self, "executor", None)
         if executor is not None:
             executor.shutdown(wait=True)
-        if (stats := getattr(getattr(self, "engine", None), "stats", None)) is not None:
-            # Where the engine's time went over this worker's life (native engine only).
-            log.info("%s engine: %s", self.worker_id, stats.as_dict())
         if (engine := getattr(self, "engine", None)) is not None:
+            if (stats := getattr(engine, "stats", None)) is not None:  # native engine only
+                # Where the engine's time went over this worker's life.
+                log.info("%s engine: %s", self.worker_id, stats.as_dict())
             engine.close()  # the vLLM backend stops a server it started

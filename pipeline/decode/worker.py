@@ -36,7 +36,7 @@ from pipeline.errors import StepwiseError
 from pipeline.stage_params import sampling_params
 from pipeline.transfer import KVHandle, TransferExpiredError, get_transport
 from pipeline.transfer.base import dtype_itemsize, torch_dtype
-from pipeline.transfer.shm_pool import PoolReader
+from pipeline.transfer.shm_pool import PoolReader, segment_of
 from pipeline.verify import tasks
 from pipeline.worker import EngineStageWorker, now_ms
 
@@ -209,7 +209,7 @@ class DecodeWorker(EngineStageWorker):
         """Copy the prefill worker's pinned blocks straight out of its shared pool."""
         if d.blocks is None or d.block_gens is None or d.block_size is None:
             raise TransferExpiredError("an shm_pool handoff without its blocks")
-        name = d.handle.partition("#")[0]
+        name = segment_of(d.handle)
         block_shape = (d.num_layers, 2, d.num_kv_heads, d.block_size, d.head_dim)
         seq = None
         try:

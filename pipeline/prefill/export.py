@@ -67,6 +67,9 @@ class BufferExporter:
             expires_ms=handle.expires_ms,
         )
 
+    def bind(self, engine: StepEngine) -> None:
+        """(Buffers are sized per export: nothing depends on the engine.)"""
+
     def release(self, engine: StepEngine, acked: list[str]) -> None:
         for handle in acked:
             self.pool.ack(handle)
@@ -89,37 +92,35 @@ class PinnedExporter:
         self.kv_storage: KVStorage | None = self.shared.storage
         self.extra_kv_gb = max_bytes / 2**30  # the engine's pool grows by what pins may take
         self.leases = PinLeases(0, lease_ms)  # bounded once the engine exists (bind)
+        self.bytes_per_block = 0
 
     def bind(self, engine: StepEngine) -> None:
         mc = engine.model_config  # type: ignore[attr-defined]
-        per_block = KVCache.bytes_per_block(
+        self.bytes_per_block = KVCache.bytes_per_block(
             mc.num_hidden_layers,
             engine.config.block_size,
             mc.num_key_value_heads,
             mc.head_dim,
             engine.dtype,  # type: ignore[attr-defined]
         )
-        self.leases.max_blocks = self.max_bytes // per_block
+        self.leases.max_blocks = self.max_bytes // self.bytes_per_block
 
     def export(self, engine: StepEngine, seq: Sequence) -> schema.KVDescriptor | None:
-        bs = engine.config.block_size
-        if not self.leases.can_pin(-(-seq.num_computed_tokens // bs)):
+        num_blocks = engine.block_manager.num_blocks_for(seq.num_computed_tokens)  # type: ignore[attr-defined]
+        if not self.leases.can_pin(num_blocks):
             log.warning("export pool full: %s goes to decode without KV", seq.request_id)
             return None
         pinned = engine.pin_kv(seq.request_id)  # type: ignore[attr-defined]
         handle, expires = self.leases.add(self.shared.name, pinned.blocks)
-        itemsize = engine.dtype.itemsize  # type: ignore[attr-defined]
-        mc = engine.model_config  # type: ignore[attr-defined]
-        nbytes = len(pinned.blocks) * bs * 2 * mc.num_hidden_layers * mc.num_key_value_heads
         return _descriptor(
             engine,
             seq,
             transport="shm_pool",
             handle=handle,
-            nbytes=nbytes * mc.head_dim * itemsize,
+            nbytes=len(pinned.blocks) * self.bytes_per_block,
             owner=self.owner,
             expires_ms=expires,
-            block_size=bs,
+            block_size=engine.config.block_size,
             blocks=pinned.blocks,
             block_gens=pinned.generations,
         )

@@ -53,7 +53,7 @@ class PrefillWorker(EngineStageWorker):
         engine = await self.start_engine(
             c.max_prefill_batch, exporter.kv_storage, exporter.extra_kv_gb
         )
-        if engine.can_export_kv and hasattr(exporter, "bind"):
+        if engine.can_export_kv:
             exporter.bind(engine)
         self.exporter = exporter
         self.pending: asyncio.Queue[_Pending] = asyncio.Queue()
@@ -176,8 +176,8 @@ class PrefillWorker(EngineStageWorker):
     async def teardown(self) -> None:
         with contextlib.suppress(Exception):
             await self.cache.mark_dead(self.worker_id)
+        await super().teardown()  # the engine thread is done after this
         # Unlike decode, prefill holds KV other processes may still read: release it (a
         # reader that already maps the segment finishes its copy; later ones re-prefill).
         if (exporter := getattr(self, "exporter", None)) is not None:
             exporter.close()
-        await super().teardown()

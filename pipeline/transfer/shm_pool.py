@@ -50,7 +50,7 @@ class SharedKVPool:
 
     def __init__(self) -> None:
         self.segment: shared_memory.SharedMemory | None = None
-        self._views: list[object] = []
+        self._mapping: tuple[object, object] | None = None
 
     @property
     def name(self) -> str:
@@ -71,22 +71,23 @@ class SharedKVPool:
         )  # a new segment reads as zeros, as an engine's pool starts
         struct.pack_into(_FMT, seg.buf, 0, _MAGIC, num_blocks)
         self.segment = seg
-        gens = _generations(seg, num_blocks)
         kv = torch.frombuffer(seg.buf, dtype=dtype, count=numel, offset=offset)
-        self._views = [gens]
-        return kv, gens
+        return kv, _generations(seg, num_blocks)
 
     def close(self) -> None:
-        if self.segment is None:
+        """Unlink the segment. The engine's pool and generations keep the mapping until they
+        go; readers that already map it finish their copies."""
+        seg = self.segment
+        if seg is None:
             return
-        for view in self._views:
-            if isinstance(view, memoryview):
-                view.release()
-        self._views = []
-        with contextlib.suppress(BufferError):  # the engine's tensor may still map it
-            self.segment.close()
         with contextlib.suppress(FileNotFoundError):
-            self.segment.unlink()
+            seg.unlink()
+        # The engine's views still point into the mapping, so SharedMemory cannot close it
+        # (and its __del__ would raise trying): hand the mapping to this object, which keeps
+        # it until the views are gone, and let SharedMemory close only its descriptor.
+        self._mapping = (seg._buf, seg._mmap)  # type: ignore[attr-defined]
+        seg._buf = seg._mmap = None  # type: ignore[attr-defined]
+        seg.close()
         self.segment = None
 
 
@@ -137,6 +138,11 @@ class PoolReader:
         self._attached.close()
 
 
+def segment_of(handle: str) -> str:
+    """The pool segment a `PinLeases` handle names."""
+    return handle.partition("#")[0]
+
+
 @dataclass(slots=True)
 class _Pin:
     blocks: list[int]
@@ -167,7 +173,7 @@ class PinLeases:
 
     def add(self, segment: str, blocks: list[int]) -> tuple[str, int]:
         """A lease on `blocks` (already pinned): (handle, expires_ms)."""
-        handle = f"{segment}#{next(self._ids)}"
+        handle = f"{segment}#{next(self._ids)}"  # segment_of() reads it back
         expires = now_ms() + self.lease_ms
         self._pins[handle] = _Pin(blocks, expires)
         self.num_blocks += len(blocks)

@@ -2,6 +2,7 @@
 
     python bench/pipeline_overhead.py [--n 64] [--model tiny-reasoner] [--hops 200]
                                       [--verify off|async|strict] [--full-stack]
+                                      [--follow-events]
 
 One run, same problems, same seeds, same sampling:
   * engine-only: `Engine` in this process, every request added at once (saturation);
@@ -9,7 +10,7 @@ One run, same problems, same seeds, same sampling:
     Kafka-compatible broker + Redis), every job published at once after a warm-up job. Jobs
     run with verify=off by default, as the engine-only side verifies nothing (--verify async
     adds the Celery verify workers); --full-stack also starts the budget controller and the
-    gateway;
+    gateway. The bench's client reads only Results unless --follow-events;
   * Kafka hop: produce -> consume latency of single records on the same broker;
   * KV handoff: bench/kv_handoff.py (the default shm_pool transport's scattered-blocks figure
     against a plain memcpy of the same bytes; SmolLM2's KV shape when it is prepared, else the
@@ -84,8 +85,8 @@ def engine_only(model: str, problems, threads: int) -> dict:
     return summarize(time.perf_counter() - t0, tokens, list(done.values()))
 
 
-async def pipeline_run(kafka: str, prefix: str, problems, verify: str) -> dict:
-    async with StepwiseClient(kafka, prefix) as client:
+async def pipeline_run(kafka: str, prefix: str, problems, verify: str, events: bool) -> dict:
+    async with StepwiseClient(kafka, prefix, events=events) as client:
         warm = schema.Job(id=f"warm-{uuid.uuid4().hex[:6]}", prompt="1 + 1")
         await client.submit(warm)
         async for _ in client.follow({warm.id}, timeout_s=300):
@@ -178,6 +179,10 @@ def main() -> None:
     # thinking budgets when saturation breaks the SLO: then the two sides do different work)
     # and the gateway, which idle here but share the two cores.
     ap.add_argument("--full-stack", action="store_true")
+    # The client that drives saturation reads Results, as a batch client would (the engine-only
+    # side streams nothing either); decode publishes every event all the same. --follow-events
+    # makes it read the events too (one more process fetching the busiest topic).
+    ap.add_argument("--follow-events", action="store_true")
     args = ap.parse_args()
     problems = load_problems("indist", args.n, args.seed)
     load0 = os.getloadavg()[0]
@@ -196,7 +201,9 @@ def main() -> None:
     print(f"pipeline workers: {', '.join(workers)}", flush=True)
     with Stack(config, workers=workers, log_dir=log_dir) as stack:
         kafka = stack.services.bootstrap_servers
-        pipe = asyncio.run(pipeline_run(kafka, config.topic_prefix, problems, args.verify))
+        pipe = asyncio.run(
+            pipeline_run(kafka, config.topic_prefix, problems, args.verify, args.follow_events)
+        )
         hop = asyncio.run(hop_latency(kafka, args.hops))
     ho = handoff(args.threads)
 
@@ -217,6 +224,7 @@ def main() -> None:
                 "n": args.n,
                 "verify": args.verify,
                 "workers": list(workers),
+                "client_follows_events": args.follow_events,
                 "engine_tokens_per_s": round(eng["tokens_per_s"], 2),
                 "pipeline_tokens_per_s": round(pipe["tokens_per_s"], 2),
                 "throughput_ratio": round(ratio, 3),

@@ -16,11 +16,32 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
+from aiokafka.errors import KafkaError
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+async def retry_transient(what: str, call: Callable[[], Awaitable[T]], timeout_s: float = 60) -> T:
+    """`call()`, again with backoff while it fails with a retriable Kafka error (a broker still
+    starting, a connection refused under a burst of clients): at start-up such an error used to
+    take a worker down with it, and its jobs waited for a restart that never came."""
+    loop = asyncio.get_running_loop()
+    deadline, delay = loop.time() + timeout_s, 0.2
+    while True:
+        try:
+            return await call()
+        except KafkaError as e:
+            if not e.retriable or loop.time() + delay > deadline:
+                raise
+            log.warning("%s failed (%r); retrying in %.1f s", what, e, delay)
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, 5.0)
 
 
 @dataclass(slots=True)
@@ -211,7 +232,12 @@ class ConsumeLoop:
             session_timeout_ms=c.session_timeout_ms,
             heartbeat_interval_ms=c.heartbeat_interval_ms,
         )
-        await self.consumer.start()
+        try:
+            await self.consumer.start()
+        except BaseException:  # release its connections: start() may be retried
+            await self.consumer.stop()
+            self.consumer = None
+            raise
         self.consumer.subscribe(self.topics, listener=_Rebalance(self))
 
     async def lag(self) -> int:

@@ -32,8 +32,13 @@ def current_chain(events: list[schema.Event]) -> list[str]:
 
 
 class StepwiseClient:
-    def __init__(self, bootstrap_servers: str, topic_prefix: str = "stepwise."):
+    def __init__(
+        self, bootstrap_servers: str, topic_prefix: str = "stepwise.", events: bool = True
+    ):
+        """`events=False`: read Results only (a batch client: the events topic, by far the
+        busier one, is never fetched)."""
         self.topics = Topics(topic_prefix)
+        self.events = events
         self.config = BusConfig(bootstrap_servers=bootstrap_servers, client_id="stepwise-client")
         self.producer = Producer(self.config)
         self.consumer: AIOKafkaConsumer | None = None
@@ -47,7 +52,10 @@ class StepwiseClient:
         )
         await self.consumer.start()
         parts = []
-        for topic in (self.topics.events, self.topics.results):
+        topics = (
+            (self.topics.events, self.topics.results) if self.events else (self.topics.results,)
+        )
+        for topic in topics:
             for p in self.consumer.partitions_for_topic(topic) or await self._partitions(topic):
                 parts.append(TopicPartition(topic, p))
         self.consumer.assign(parts)
@@ -72,7 +80,8 @@ class StepwiseClient:
     async def follow(
         self, job_ids: set[str], timeout_s: float = 300.0, grace_s: float = 2.0
     ) -> AsyncIterator[schema.Event | schema.Result]:
-        """Events and Results of these jobs until every Result is in.
+        """Events and Results of these jobs until every Result is in (only the Results for a
+        client made with `events=False`).
 
         Events and Results travel on different topics, so a Result can overtake its job's
         last events: after an ok or cached Result, reading goes on until that job's `final`
@@ -98,7 +107,8 @@ class StepwiseClient:
                         continue
                     if tp.topic == self.topics.results:
                         result = schema.decode(r.value, schema.Result)
-                        if result.id in waiting and result.status in ("ok", "cached"):
+                        final_due = self.events and result.status in ("ok", "cached")
+                        if result.id in waiting and final_due:
                             finals[result.id] = loop.time() + grace_s
                         waiting.discard(result.id)
                         yield result

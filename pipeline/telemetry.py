@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import typing
 from collections.abc import Iterable
 
@@ -358,9 +359,14 @@ def start_metrics_server(
 
 def stop_metrics_servers() -> None:
     """Close every server start_metrics_server opened (tests; workers just exit)."""
-    while _servers:
-        server, thread = _servers.pop()
-        server.shutdown()
+    servers, _servers[:] = list(_servers), []
+    # shutdown() waits for the serving loop's next poll (0.5 s): ask them all at once.
+    stoppers = [threading.Thread(target=server.shutdown) for server, _ in servers]
+    for t in stoppers:
+        t.start()
+    for t in stoppers:
+        t.join(timeout=5)
+    for server, thread in servers:
         server.server_close()
         thread.join(timeout=5)
 

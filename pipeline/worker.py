@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import faulthandler
 import logging
 import os
 import signal
@@ -23,7 +24,7 @@ from redis.asyncio import Redis
 
 from pipeline import schema, services, telemetry
 from pipeline.budget import BudgetReader
-from pipeline.bus import Ack, BusConfig, ConsumeLoop, Producer
+from pipeline.bus import Ack, BusConfig, ConsumeLoop, Producer, retry_transient
 from pipeline.config import EngineConfig, PipelineConfig
 from pipeline.engine.backend import StepEngine, make_engine
 from pipeline.engine.outputs import KVStorage
@@ -60,6 +61,7 @@ class StageWorker(ABC):
         )
         self.loop: ConsumeLoop | None = None
         self._stop = asyncio.Event()
+        self.ready = asyncio.Event()  # set once it consumes (after setup)
         self._tasks: list[asyncio.Task] = []
 
     # -- for subclasses ---------------------------------------------------------------------
@@ -146,11 +148,19 @@ class StageWorker(ABC):
 
     async def run(self, install_signals: bool = False) -> None:
         self.metrics_port = telemetry.serve_metrics(self.stage, self.config.model)
-        await self.producer.start()
+        watchdog: asyncio.Task | None = None
+        await retry_transient("starting the producer", self.producer.start)
         try:
-            for name, value in (await services.group_options_for(self.config.kafka)).items():
+            options = await retry_transient(
+                "asking the broker", lambda: services.group_options_for(self.config.kafka)
+            )
+            for name, value in options.items():
                 setattr(self.bus_config, name, value)
-            await self.setup()
+            try:
+                await self.setup()
+            except BaseException:
+                log.exception("%s could not start", self.worker_id)
+                raise
             self.loop = ConsumeLoop(
                 self.bus_config,
                 [self.topics.name(self.input_stage)],
@@ -159,7 +169,7 @@ class StageWorker(ABC):
                 on_poison=self.on_poison,
                 should_pause=self.should_pause,
             )
-            await self.loop.start()
+            await retry_transient("starting the consumer", self.loop.start)
             if install_signals:
                 running = asyncio.get_running_loop()
                 for sig in (signal.SIGTERM, signal.SIGINT):
@@ -167,8 +177,11 @@ class StageWorker(ABC):
             consume = asyncio.create_task(self.loop.run())
             self._tasks.append(asyncio.create_task(self._metrics_loop()))
             log.info("%s ready: %s -> %s", self.worker_id, self.input_stage, self.stage)
+            self.ready.set()
             await self._stop.wait()
             # Drain: stop fetching, finish in-flight work, commit what finished.
+            log.info("%s stopping: draining in-flight work", self.worker_id)
+            watchdog = asyncio.create_task(self._shutdown_watchdog())
             self.loop.stop()
             await consume
             drained = await self.loop.drain(self.config.drain_timeout_s)
@@ -183,11 +196,27 @@ class StageWorker(ABC):
             for task in self._tasks:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+            log.info("%s: releasing its resources", self.worker_id)
             await self.teardown()
             if self.loop is not None:
                 await self.loop.close()
             await self.producer.stop()
             await self.redis.aclose()
+            if watchdog is not None:
+                watchdog.cancel()
+            log.info("%s stopped", self.worker_id)
+
+    async def _shutdown_watchdog(self) -> None:
+        """A shutdown that outlives the drain by far logs where every task and thread waits:
+        whoever kills the process next then knows what hung."""
+        await asyncio.sleep(self.config.drain_timeout_s + 10)
+        lines = [f"{self.worker_id}: still stopping; where it waits:"]
+        for task in asyncio.all_tasks():
+            for frame in task.get_stack(limit=8):
+                where = f"{frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}"
+                lines.append(f"  {task.get_name()}: {where}")
+        log.warning("\n".join(lines))
+        faulthandler.dump_traceback(all_threads=True)  # the threads (the engine's), to stderr
 
 
 class EngineStageWorker(StageWorker):

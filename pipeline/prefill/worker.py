@@ -78,7 +78,10 @@ class PrefillWorker(EngineStageWorker):
         while True:
             await self._release_acked()
             try:
-                first = await asyncio.wait_for(self.pending.get(), timeout=0.1)
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow the cancellation
+                # that stops this loop (when the get completes as it is cancelled).
+                async with asyncio.timeout(0.1):
+                    first = await self.pending.get()
             except TimeoutError:
                 continue
             batch = [first]

@@ -28,13 +28,24 @@ async def running_stack(config: PipelineConfig) -> AsyncIterator[list]:
     """The three Kafka stages running on `config` until the block ends (then drained)."""
     workers = [IngestWorker(config), PrefillWorker(config), DecodeWorker(config)]
     tasks = [asyncio.create_task(w.run()) for w in workers]
+    ready = [asyncio.create_task(w.ready.wait()) for w in workers]
     try:
-        await asyncio.sleep(0.5)
-        for t in tasks:  # a worker that died starting up fails the test now, not by timeout
-            if t.done():
-                t.result()
+        # Every worker consuming, or one that died starting up failing the test now (with
+        # its error), not by a Result timeout later.
+        pending = {*tasks, *ready}
+        while not all(r.done() for r in ready):
+            done, pending = await asyncio.wait(
+                pending, timeout=180, return_when=asyncio.FIRST_COMPLETED
+            )
+            if not done:
+                raise TimeoutError("the workers did not start within 180 s")
+            for t in done & set(tasks):
+                t.result()  # raises a worker's error
+                raise RuntimeError("a worker stopped while starting")
         yield workers
     finally:
+        for r in ready:
+            r.cancel()
         for w in workers:
             w.stop()
         for t in tasks:

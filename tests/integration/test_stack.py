@@ -55,9 +55,15 @@ def test_stack_runs_a_job_and_stops_its_workers_cleanly(
                 time.sleep(0.2)
         result = asyncio.run(run())
         assert result.status == "ok" and result.steps
-        # The gateway serves the same job over HTTP.
-        with urllib.request.urlopen(f"{url}/v1/jobs/{job.id}", timeout=5) as r:
-            got = json.loads(r.read())
+        # The gateway serves the same job over HTTP, once its own consumer has read the Result
+        # (it follows the results topic independently of our client, so it may lag a little).
+        for _ in range(100):
+            with urllib.request.urlopen(f"{url}/v1/jobs/{job.id}", timeout=5) as r:
+                got = json.loads(r.read())
+            if got["status"] == "done":
+                break
+            time.sleep(0.1)
+        assert got["status"] == "done", got
         assert got["result"]["answer"] == result.answer
         # Steps were checked by a Celery worker (no verdict timed out as unknown).
         assert all(s.verdict in ("entailed", "consistent", "no_claim") for s in result.steps)

@@ -114,6 +114,11 @@ def prepare_smollm2(dest: Path | None = None, force: bool = False) -> Path:
 
 def convert_gguf(gguf_path: Path, out: Path) -> None:
     """Load a GGUF file with transformers (de-quantized to fp32) and save it as safetensors."""
+    save_converted(*load_gguf(gguf_path), out)
+
+
+def load_gguf(gguf_path: Path):
+    """(model, tokenizer) of a GGUF file, de-quantized to fp32 by transformers."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -121,6 +126,11 @@ def convert_gguf(gguf_path: Path, out: Path) -> None:
     model = AutoModelForCausalLM.from_pretrained(
         gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32
     )
+    return model, tokenizer
+
+
+def save_converted(model, tokenizer, out: Path) -> None:
+    """A model loaded from GGUF, saved as a plain safetensors HF directory."""
     # The weights are already de-quantized; drop the GGUF quantizer so save_pretrained writes
     # a plain checkpoint (it refuses "GGUF-quantized" models) without a quantization_config.
     model.hf_quantizer = None

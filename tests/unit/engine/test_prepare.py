@@ -104,20 +104,22 @@ def test_smollm2_conversion_is_exact_and_generates(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.set_num_threads(1)
-    out = prepare.prepare_smollm2(tmp_path / "smollm2")
+    # The GGUF is read once (it is most of this test's time): what prepare_smollm2 does is
+    # convert_gguf, which is these two calls.
+    original, tok = prepare.load_gguf(prepare.smollm2_gguf_path())
+    ids = torch.tensor([[1, 100, 2000, 30000, 17, 9690, 198, 4093]])
+    with torch.no_grad():
+        expected = original.eval()(ids).logits
+    out = tmp_path / "smollm2"
+    prepare.save_converted(original, tok, out)
     assert prepare.is_prepared(out)
     config = json.loads((out / "config.json").read_text())
     assert config["model_type"] == "llama" and "quantization_config" not in config
     assert "chat_template" in json.loads((out / "tokenizer_config.json").read_text())
 
     saved = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
-    gguf = prepare.smollm2_gguf_path()
-    original = AutoModelForCausalLM.from_pretrained(
-        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
-    ).eval()
-    ids = torch.tensor([[1, 100, 2000, 30000, 17, 9690, 198, 4093]])
     with torch.no_grad():
-        assert torch.equal(saved(ids).logits, original(ids).logits)
+        assert torch.equal(saved(ids).logits, expected)
 
     tokenizer = AutoTokenizer.from_pretrained(out)
     messages = [{"role": "user", "content": "What is 2+2?"}]

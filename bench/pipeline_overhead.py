@@ -23,6 +23,7 @@ of memcpy. Worker processes get one torch thread each, and so does the engine-on
 from __future__ import annotations
 
 import argparse
+import ast
 import asyncio
 import json
 import os
@@ -70,6 +71,7 @@ def engine_only(model: str, problems, threads: int) -> dict:
     torch.set_num_threads(threads)
     engine = Engine(EngineConfig(model=str(resolve_model(model)), dtype="float32"))
     engine.generate(["Q: 1 + 1\n"], SamplingParams(temperature=0, max_tokens=8))  # warm-up
+    before = engine.stats.as_dict()
     t0 = time.perf_counter()
     done: dict[str, float] = {}
     seqs = []
@@ -82,7 +84,30 @@ def engine_only(model: str, problems, threads: int) -> dict:
             if out.finished:
                 done[out.request_id] = time.perf_counter() - t0
     tokens = sum(s.num_output_tokens for s in seqs)
-    return summarize(time.perf_counter() - t0, tokens, list(done.values()))
+    summary = summarize(time.perf_counter() - t0, tokens, list(done.values()))
+    after = engine.stats.as_dict()
+    summary["engine"] = {k: after[k] - before[k] for k in after}
+    return summary
+
+
+def worker_engine_stats(log_dir: str) -> dict[str, dict]:
+    """The totals each engine worker logs when it stops ({stage: stats}), from the stack's logs."""
+    found = {}
+    for path in Path(log_dir).glob("*.log"):
+        for line in path.read_text(errors="replace").splitlines():
+            if " engine: {" in line:
+                found[path.stem] = ast.literal_eval(line.split(" engine: ", 1)[1])
+    return found
+
+
+def engine_line(name: str, st: dict) -> str:
+    steps = max(1, st["num_steps"])
+    return (
+        f"  {name:<14}{st['num_steps']:>6} steps {st['forward_s']:>7.2f} s forward "
+        f"({1000 * st['forward_s'] / steps:5.1f} ms/step, "
+        f"{st['num_decode_tokens'] / steps:5.1f} decode tokens/step, "
+        f"{st['num_prefill_tokens']} prefill tokens)"
+    )
 
 
 async def pipeline_run(kafka: str, prefix: str, problems, verify: str, events: bool) -> dict:
@@ -205,6 +230,8 @@ def main() -> None:
             pipeline_run(kafka, config.topic_prefix, problems, args.verify, args.follow_events)
         )
         hop = asyncio.run(hop_latency(kafka, args.hops))
+    # After the stack stopped: each engine worker logs its totals (warm-up job included).
+    workers_engine = worker_engine_stats(log_dir)
     ho = handoff(args.threads)
 
     ratio = pipe["tokens_per_s"] / eng["tokens_per_s"]
@@ -214,6 +241,10 @@ def main() -> None:
             f"{name:<14}{r['tokens_per_s']:>10.1f}{r['jobs_per_s']:>9.2f}"
             f"{r['p50_ms']:>10.0f}{r['p99_ms']:>10.0f}{r['tokens']:>8}"
         )
+    print("where the model's time went (engine totals):")
+    print(engine_line("engine-only", eng["engine"]))
+    for stage, st in sorted(workers_engine.items()):
+        print(engine_line(stage, st))
     print(f"pipeline / engine throughput: {ratio:.2f}  (target >= 0.85)")
     print(f"Kafka hop p50 {hop['p50_ms']:.2f} ms, p95 {hop['p95_ms']:.2f} ms  (target p50 < 5)")
     print(f"KV handoff vs memcpy: {ho['handoff_vs_memcpy']:.2f}  (target >= 0.5)")
@@ -235,6 +266,10 @@ def main() -> None:
                 "hop_p50_ms": round(hop["p50_ms"], 2),
                 "handoff_vs_memcpy": ho["handoff_vs_memcpy"],
                 "pipeline_ok": pipe["ok"],
+                "engine_forward_s": round(eng["engine"]["forward_s"], 2),
+                "worker_forward_s": {
+                    k: round(v["forward_s"], 2) for k, v in sorted(workers_engine.items())
+                },
                 "load_avg_start": round(load0, 2),
                 "load_avg_end": round(os.getloadavg()[0], 2),
             }

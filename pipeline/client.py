@@ -12,7 +12,7 @@ import msgspec
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from pipeline import schema
-from pipeline.bus import BusConfig, Producer
+from pipeline.bus import BusConfig, Producer, retry_transient
 from pipeline.errors import StepwiseError
 from pipeline.topics import Topics
 
@@ -44,13 +44,8 @@ class StepwiseClient:
         self.consumer: AIOKafkaConsumer | None = None
 
     async def __aenter__(self) -> StepwiseClient:
-        await self.producer.start()
-        self.consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.config.bootstrap_servers,
-            enable_auto_commit=False,
-            fetch_max_wait_ms=self.config.fetch_max_wait_ms,
-        )
-        await self.consumer.start()
+        await retry_transient("starting the client's producer", self.producer.start)
+        self.consumer = await retry_transient("starting the client's consumer", self._consumer)
         parts = []
         topics = (
             (self.topics.events, self.topics.results) if self.events else (self.topics.results,)
@@ -63,6 +58,19 @@ class StepwiseClient:
         for tp in parts:  # resolve the end offsets now, before anything is published
             await self.consumer.position(tp)
         return self
+
+    async def _consumer(self) -> AIOKafkaConsumer:
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.config.bootstrap_servers,
+            enable_auto_commit=False,
+            fetch_max_wait_ms=self.config.fetch_max_wait_ms,
+        )
+        try:
+            await consumer.start()
+        except BaseException:  # release its connections before a retry
+            await consumer.stop()
+            raise
+        return consumer
 
     async def _partitions(self, topic: str) -> set[int]:
         assert self.consumer is not None

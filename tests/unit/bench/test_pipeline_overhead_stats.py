@@ -1,0 +1,32 @@
+"""bench/pipeline_overhead.py: the engine totals read back from the workers' logs (pure)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+PATH = Path(__file__).resolve().parents[3] / "bench" / "pipeline_overhead.py"
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("pipeline_overhead", PATH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_worker_engine_totals_are_read_from_the_stage_logs(tmp_path):
+    bench = load_bench()
+    stats = {"num_steps": 306, "step_s": 15.9, "forward_s": 15.7, "num_prefill_tokens": 0,
+             "num_decode_tokens": 13123, "num_generated_tokens": 13123}  # fmt: skip
+    (tmp_path / "decode.log").write_text(
+        "2026-12-01 05:12:50,000 pipeline.worker INFO decode-vm-1 ready: handoff -> decode\n"
+        f"2026-12-01 05:12:57,171 pipeline.worker INFO decode-vm-1 engine: {stats}\n"
+    )
+    (tmp_path / "ingest.log").write_text("no engine here\n")
+    got = bench.worker_engine_stats(str(tmp_path))
+    assert got == {"decode": stats}
+    line = bench.engine_line("decode", got["decode"])
+    assert "306 steps" in line and "51.3 ms/step" in line and "42.9 decode tokens/step" in line

@@ -93,8 +93,14 @@ class VLLMServer:
         self.proc: subprocess.Popen | None = None
         self.url = ""
         self.startup_s = 0.0
+        self._t0 = 0.0
 
     def start(self) -> VLLMServer:
+        return self.launch().wait_ready()
+
+    def launch(self) -> VLLMServer:
+        """Start the process and return at once (`wait_ready` waits for it): two servers can
+        load side by side."""
         c = self.config
         port = c.port or _free_port()
         env = {
@@ -112,12 +118,18 @@ class VLLMServer:
         if self.log_path is not None:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
-        t0 = time.perf_counter()
+        self._t0 = time.perf_counter()
         self.proc = subprocess.Popen(
             c.command(port), env=env, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True,  # its engine-core child goes with it on stop()
         )  # fmt: skip
         self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    def wait_ready(self) -> VLLMServer:
+        """Return once the launched server answers; stop it and raise if it cannot."""
+        c = self.config
+        assert self.proc is not None, "launch() first"
         deadline = time.monotonic() + c.startup_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -126,7 +138,7 @@ class VLLMServer:
                     + (f"; see {self.log_path}" if self.log_path else "")
                 )
             if is_healthy(self.url):
-                self.startup_s = time.perf_counter() - t0
+                self.startup_s = time.perf_counter() - self._t0
                 return self
             time.sleep(0.5)
         self.stop()

@@ -31,11 +31,37 @@ PROBLEM = "Solve for x: 4x + 42 = 94."  # the tiny reasoner errs here often
 
 
 @pytest.fixture(scope="module")
-def vllm_url(tmp_path_factory):
-    model = str(resolve_model("tiny-reasoner"))
-    log = tmp_path_factory.mktemp("vllm") / "server.log"
-    with VLLMServer(VLLMServerConfig(model, max_model_len=512), log) as server:
-        yield server.url
+def vllm_servers(tmp_path_factory):
+    """Both servers this module uses, loaded side by side (each takes about a minute, most of
+    it importing on one core): the tiny reasoner's, and that of a random-weight
+    Qwen3-architecture checkpoint (q/k norm; head_dim 32: vLLM's CPU attention has no kernel
+    for the other variants' 16) with a character tokenizer."""
+    from tests.model_factory import add_char_tokenizer, make_tiny_model
+
+    random_path = add_char_tokenizer(make_tiny_model("qwen3", tmp_path_factory.mktemp("random")))
+    logs = tmp_path_factory.mktemp("vllm")
+    servers = {
+        "tiny-reasoner": VLLMServer(
+            VLLMServerConfig(str(resolve_model("tiny-reasoner")), max_model_len=512),
+            logs / "server.log",
+        ),
+        "random": VLLMServer(VLLMServerConfig(str(random_path), max_model_len=512),
+                             logs / "random.log"),
+    }  # fmt: skip
+    try:
+        for server in servers.values():
+            server.launch()
+        for server in servers.values():
+            server.wait_ready()
+        yield {"random_path": str(random_path), **{k: v.url for k, v in servers.items()}}
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+@pytest.fixture(scope="module")
+def vllm_url(vllm_servers):
+    return vllm_servers["tiny-reasoner"]
 
 
 def vllm_config(kafka, redis, topics, url, **kw):
@@ -132,16 +158,9 @@ async def test_a_spent_budget_forces_the_answer_and_probes_run_on_vllm(
 
 
 @pytest.fixture(scope="module")
-def random_model(tmp_path_factory):
-    """A random-weight Qwen3-architecture checkpoint (q/k norm; head_dim 32: vLLM's CPU
-    attention has no kernel for the other variants' 16) with a character tokenizer, and a vLLM
-    server for it."""
-    from tests.model_factory import add_char_tokenizer, make_tiny_model
-
-    path = add_char_tokenizer(make_tiny_model("qwen3", tmp_path_factory.mktemp("random")))
-    log = tmp_path_factory.mktemp("vllm") / "random.log"
-    with VLLMServer(VLLMServerConfig(str(path), max_model_len=512), log) as server:
-        yield str(path), server.url
+def random_model(vllm_servers):
+    """The random-weight checkpoint's path, and its vLLM server."""
+    return vllm_servers["random_path"], vllm_servers["random"]
 
 
 async def test_a_random_weight_model_gives_the_same_results_on_both_engines(

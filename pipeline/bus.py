@@ -44,6 +44,17 @@ async def retry_transient(what: str, call: Callable[[], Awaitable[T]], timeout_s
             delay = min(2 * delay, 5.0)
 
 
+async def start_consumer(consumer: AIOKafkaConsumer) -> AIOKafkaConsumer:
+    """`consumer`, started; on failure its connections are released (start may be retried
+    with a new one)."""
+    try:
+        await consumer.start()
+    except BaseException:
+        await consumer.stop()
+        raise
+    return consumer
+
+
 @dataclass(slots=True)
 class BusConfig:
     """How a worker talks to Kafka."""
@@ -233,9 +244,8 @@ class ConsumeLoop:
             heartbeat_interval_ms=c.heartbeat_interval_ms,
         )
         try:
-            await self.consumer.start()
-        except BaseException:  # release its connections: start() may be retried
-            await self.consumer.stop()
+            await start_consumer(self.consumer)
+        except BaseException:
             self.consumer = None
             raise
         self.consumer.subscribe(self.topics, listener=_Rebalance(self))

@@ -12,7 +12,7 @@ import msgspec
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from pipeline import schema
-from pipeline.bus import BusConfig, Producer, retry_transient
+from pipeline.bus import BusConfig, Producer, retry_transient, start_consumer
 from pipeline.errors import StepwiseError
 from pipeline.topics import Topics
 
@@ -47,10 +47,8 @@ class StepwiseClient:
         await retry_transient("starting the client's producer", self.producer.start)
         self.consumer = await retry_transient("starting the client's consumer", self._consumer)
         parts = []
-        topics = (
-            (self.topics.events, self.topics.results) if self.events else (self.topics.results,)
-        )
-        for topic in topics:
+        topics = [self.topics.events] if self.events else []
+        for topic in [*topics, self.topics.results]:
             for p in self.consumer.partitions_for_topic(topic) or await self._partitions(topic):
                 parts.append(TopicPartition(topic, p))
         self.consumer.assign(parts)
@@ -60,17 +58,13 @@ class StepwiseClient:
         return self
 
     async def _consumer(self) -> AIOKafkaConsumer:
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.config.bootstrap_servers,
-            enable_auto_commit=False,
-            fetch_max_wait_ms=self.config.fetch_max_wait_ms,
+        return await start_consumer(
+            AIOKafkaConsumer(
+                bootstrap_servers=self.config.bootstrap_servers,
+                enable_auto_commit=False,
+                fetch_max_wait_ms=self.config.fetch_max_wait_ms,
+            )
         )
-        try:
-            await consumer.start()
-        except BaseException:  # release its connections before a retry
-            await consumer.stop()
-            raise
-        return consumer
 
     async def _partitions(self, topic: str) -> set[int]:
         assert self.consumer is not None

@@ -10,6 +10,7 @@ from pipeline.engine.kv_cache import KVCache
 from pipeline.engine.model import CausalLM
 from pipeline.engine.sampler import Sampler, position_uniform
 from pipeline.engine.scheduler import ScheduledSequence
+from pipeline.kernels.paged_attention import pads_to_group_width
 
 # Decode rows are split into at most this many groups of similar context length, each at least
 # MIN_DECODE_GROUP rows: fewer padded slots to gather, at a few extra ops per layer.
@@ -67,6 +68,8 @@ class ModelRunner:
         meta = AttentionMetadata(slot_mapping=None, num_decode=len(decodes))  # type: ignore[arg-type]
         n = len(decodes)
         num_groups = min(DECODE_GROUPS, -(-n // MIN_DECODE_GROUP))
+        if num_groups > 1 and not pads_to_group_width(self.device, self.kv_cache.kv.dtype):
+            num_groups = 1  # the kernel reads only each row's own blocks: one call per layer
         for g in range(num_groups):
             lo, hi = g * n // num_groups, (g + 1) * n // num_groups
             width = max(len(t) for t in tables[lo:hi])

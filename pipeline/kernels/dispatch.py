@@ -1,4 +1,5 @@
-"""Picks a kernel's implementation: Triton on CUDA tensors, the torch reference elsewhere.
+"""Picks a kernel's implementation: Triton on CUDA tensors, a C kernel (where one exists and
+builds) on CPU tensors, the torch reference elsewhere.
 
 STEPWISE_KERNELS=auto (default) | triton | torch, read on every call so tests can flip it:
 `triton` forces the Triton kernels on any device (on CPU that needs TRITON_INTERPRET=1 set
@@ -50,6 +51,11 @@ def use_triton(t: torch.Tensor) -> bool:
     if choice == "triton":
         return True
     return t.is_cuda and has_triton()
+
+
+def use_cpu_kernel(t: torch.Tensor) -> bool:
+    """Whether a kernel on `t` may run its C implementation (the caller checks it built)."""
+    return backend() == "auto" and t.device.type == "cpu"
 
 
 def triton_module(name: str) -> ModuleType:

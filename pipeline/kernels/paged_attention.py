@@ -3,13 +3,15 @@
 The torch reference below is the engine's original decode path, moved here unchanged; the
 Triton kernel (paged_attention_triton.py) has the same signature. Cache layout per layer:
 [KVH, num_blocks, block_size, D] (head-major, see pipeline/engine/attention.py for why).
+On CPU the C kernel in paged_attention_cpu.py (same signature) replaces the reference's
+gather: it reads the blocks in place.
 """
 
 from __future__ import annotations
 
 import torch
 
-from pipeline.kernels import dispatch
+from pipeline.kernels import dispatch, paged_attention_cpu
 
 
 def gather_kv(
@@ -57,6 +59,16 @@ def paged_decode_attention_torch(
     return torch.matmul(probs, v).transpose(0, 1).reshape(b, h, d)
 
 
+def pads_to_group_width(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether decode attention here reads whole padded tables (the torch reference's gather),
+    so that splitting a batch into groups of similar context length saves work; the C and
+    Triton kernels read each row's own blocks only."""
+    probe = torch.empty(0, dtype=dtype, device=device)
+    if dispatch.use_triton(probe):
+        return False
+    return not (dispatch.use_cpu_kernel(probe) and paged_attention_cpu.is_supported(probe))
+
+
 def paged_decode_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -66,9 +78,12 @@ def paged_decode_attention(
     scale: float,
     workspace: dict[str, torch.Tensor] | None = None,
 ) -> torch.Tensor:
-    """Dispatches to Triton on CUDA (or when forced), else to the torch reference."""
+    """Dispatches to Triton on CUDA (or when forced), to the C kernel on CPU, else to the
+    torch reference."""
     if dispatch.use_triton(q):
         fn = dispatch.triton_module("paged_attention").paged_decode_attention_triton
+    elif dispatch.use_cpu_kernel(q) and paged_attention_cpu.is_supported(q):
+        fn = paged_attention_cpu.paged_decode_attention_cpu
     else:
         fn = paged_decode_attention_torch
     return fn(q, k_cache, v_cache, block_tables, context_lens, scale, workspace)

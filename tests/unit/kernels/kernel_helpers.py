@@ -15,6 +15,8 @@ from types import ModuleType
 
 import torch
 
+from pipeline.kernels.paged_attention import paged_decode_attention_torch
+
 # A Triton kernel against the torch reference computed in fp32 from the same (already
 # rounded) inputs: (atol, rtol). For bf16/fp16 this covers rounding the output itself.
 TOLERANCES = {
@@ -66,3 +68,22 @@ def load_interpreted(name: str) -> ModuleType:
 def assert_close(got: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> None:
     atol, rtol = TOLERANCES[dtype]
     torch.testing.assert_close(got.float().cpu(), ref.float().cpu(), atol=atol, rtol=rtol)
+
+
+def make_case(device, dtype, kv_heads, group, contexts, bs=16, head_dim=32, seed=0):
+    """A ragged paged-attention batch: q, k_cache, v_cache, shuffled block tables, lengths."""
+    g = torch.Generator().manual_seed(seed)
+    b, max_blocks = len(contexts), -(-max(contexts) // bs) + 1  # one spare column of padding
+    num_blocks = b * max_blocks + 3
+    k = torch.randn(kv_heads, num_blocks, bs, head_dim, generator=g)
+    v = torch.randn(kv_heads, num_blocks, bs, head_dim, generator=g)
+    q = torch.randn(b, kv_heads * group, head_dim, generator=g)
+    tables = torch.randperm(num_blocks, generator=g)[: b * max_blocks].view(b, max_blocks)
+    ctx = torch.tensor(contexts)
+    return [t.to(device) for t in (q.to(dtype), k.to(dtype), v.to(dtype), tables, ctx)]
+
+
+def reference(q, k, v, tables, ctx, scale):
+    """The torch decode-attention reference in fp32, on CPU."""
+    args = [t.cpu() for t in (q.float(), k.float(), v.float(), tables, ctx)]
+    return paged_decode_attention_torch(*args, scale)

@@ -9,28 +9,11 @@ import pytest
 import torch
 
 from pipeline.kernels import dispatch
-from pipeline.kernels.paged_attention import paged_decode_attention, paged_decode_attention_torch
-from tests.unit.kernels.kernel_helpers import DTYPES, assert_close
+from pipeline.kernels.paged_attention import paged_decode_attention
+from tests.unit.kernels.kernel_helpers import DTYPES, assert_close, make_case, reference
 
 BS = 16
 CONTEXTS = [1, BS - 1, BS, BS + 1, 3 * BS + 5]
-
-
-def make_case(device, dtype, kv_heads, group, contexts, bs=BS, head_dim=32, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    b, max_blocks = len(contexts), -(-max(contexts) // bs) + 1  # one spare column of padding
-    num_blocks = b * max_blocks + 3
-    k = torch.randn(kv_heads, num_blocks, bs, head_dim, generator=g)
-    v = torch.randn(kv_heads, num_blocks, bs, head_dim, generator=g)
-    q = torch.randn(b, kv_heads * group, head_dim, generator=g)
-    tables = torch.randperm(num_blocks, generator=g)[: b * max_blocks].view(b, max_blocks)
-    ctx = torch.tensor(contexts)
-    return [t.to(device) for t in (q.to(dtype), k.to(dtype), v.to(dtype), tables, ctx)]
-
-
-def reference(q, k, v, tables, ctx, scale):
-    args = [t.cpu() for t in (q.float(), k.float(), v.float(), tables, ctx)]
-    return paged_decode_attention_torch(*args, scale)
 
 
 CASES = [("split", dtype, group) for dtype in DTYPES for group in (1, 2, 4)] + [

@@ -1,0 +1,103 @@
+"""Builds the C kernels in csrc/ at first use and loads them with ctypes.
+
+No torch headers and no build step at install: a kernel is one C file that gcc compiles in
+well under a second into a shared library, cached under $STEPWISE_KERNELS_DIR (default
+~/.cache/stepwise/kernels) by a hash of its sources, flags, compiler and this CPU's feature
+flags (`-march=native` code from one CPU may not run on another that reuses the cache).
+Where no compiler is found or the build fails, `load` returns None once, logs why, and the
+callers keep their torch references.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+CSRC = Path(__file__).with_name("csrc")
+DEFAULT_DIR = Path("~/.cache/stepwise/kernels")
+FLAGS = (
+    "-O3",
+    "-march=native",
+    "-ffast-math",
+    "-fno-strict-aliasing",
+    "-fopenmp",
+    "-fPIC",
+    "-shared",
+    "-Wall",
+)
+BUILD_TIMEOUT_S = 120
+
+
+def kernels_dir() -> Path:
+    return Path(os.environ.get("STEPWISE_KERNELS_DIR") or DEFAULT_DIR).expanduser()
+
+
+def compiler() -> str | None:
+    return os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+
+
+def _cpu_flags() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return line
+    except OSError:
+        pass
+    return os.uname().machine
+
+
+def _build_key(name: str, cc: str) -> str:
+    h = hashlib.sha256()
+    for src in sorted(CSRC.glob(f"{name}*")):
+        h.update(src.name.encode())
+        h.update(src.read_bytes())
+    h.update(" ".join((cc, *FLAGS, _cpu_flags())).encode())
+    return h.hexdigest()[:16]
+
+
+def build(name: str) -> Path:
+    """Compile csrc/<name>.c (and the headers beside it) unless cached; returns the library.
+
+    Raises RuntimeError with the compiler's output when it fails.
+    """
+    cc = compiler()
+    if cc is None:
+        raise RuntimeError("no C compiler (gcc or cc) on PATH; set CC to use one")
+    out = kernels_dir() / f"{name}-{_build_key(name, cc)}.so"
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # Compile to a temporary name, then rename: workers starting together may build at once.
+    fd, tmp = tempfile.mkstemp(dir=out.parent, suffix=".so.tmp")
+    os.close(fd)
+    try:
+        cmd = [cc, *FLAGS, "-o", tmp, str(CSRC / f"{name}.c"), "-lm"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr.strip()}")
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return out
+
+
+@functools.cache
+def load(name: str) -> ctypes.CDLL | None:
+    """The built library csrc/<name>.c, or None (logged once) where it cannot be built."""
+    try:
+        import torch  # noqa: F401  (its libgomp must be loaded first: see csrc/*.c)
+
+        return ctypes.CDLL(str(build(name)))
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        log.warning("CPU kernel %s unavailable, using the torch reference: %s", name, exc)
+        return None

@@ -7,12 +7,12 @@ checkpoint's separate tensors into them. Logits are computed only for the rows t
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from pipeline.engine.attention import AttentionMetadata, paged_attention
 from pipeline.engine.model_config import ModelConfig
-from pipeline.engine.rope import RotaryEmbedding, apply_rotary
+from pipeline.engine.rope import RotaryEmbedding
+from pipeline.kernels import elementwise
 
 
 class RMSNorm(nn.Module):
@@ -23,10 +23,13 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # Normalize in fp32, scale in the model dtype: the same rounding as HF's LlamaRMSNorm.
-        dtype = x.dtype
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(dtype)
+        return elementwise.rms_norm(x, self.weight, self.eps)
+
+    def add_forward(
+        self, x: torch.Tensor, residual: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(norm(x + residual), x + residual): a residual add fused with the next norm."""
+        return elementwise.add_rms_norm(x, residual, self.weight, self.eps)
 
 
 class Attention(nn.Module):
@@ -61,7 +64,7 @@ class Attention(nn.Module):
         v = v.view(t, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rotary(q, k, *rope)
+        q, k = elementwise.rotary(q, k, *rope)
         o = paged_attention(q, k, v.contiguous(), kv[0], kv[1], meta, self.scale)
         return self.o_proj(o.reshape(t, self.q_size))
 
@@ -74,8 +77,7 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, cfg.mlp_bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(elementwise.silu_and_mul(self.gate_up_proj(x)))
 
 
 class DecoderLayer(nn.Module):
@@ -86,9 +88,17 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, rope, kv, meta):
-        x = x + self.self_attn(self.input_layernorm(x), rope, kv, meta)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(self, x, residual, rope, kv, meta):
+        """x: this layer's input before its norm, as (the previous layer's MLP output, the
+        residual stream before adding it); residual None for the first layer. Returns the
+        same pair for the next layer: each residual add is fused with the norm after it."""
+        if residual is None:
+            residual, h = x, self.input_layernorm(x)
+        else:
+            h, residual = self.input_layernorm.add_forward(x, residual)
+        h = self.self_attn(h, rope, kv, meta)
+        h, residual = self.post_attention_layernorm.add_forward(h, residual)
+        return self.mlp(h), residual
 
 
 class CausalLM(nn.Module):
@@ -115,9 +125,10 @@ class CausalLM(nn.Module):
         # input_ids, positions: [T]  ->  hidden: [T, hidden]
         x = self.embed_tokens(input_ids)
         rope = self.rotary.cos_sin(positions, x.dtype)
+        residual = None
         for layer, kv in zip(self.layers, kv_caches, strict=True):
-            x = layer(x, rope, kv, meta)
-        return x
+            x, residual = layer(x, residual, rope, kv, meta)
+        return x + residual
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         # hidden: [S, hidden] (sampling rows only) -> logits: [S, vocab] fp32

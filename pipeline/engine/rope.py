@@ -102,15 +102,3 @@ class RotaryEmbedding(torch.nn.Module):
             self.cos[positions].unsqueeze(1).to(dtype),
             self.sin[positions].unsqueeze(1).to(dtype),
         )
-
-
-def apply_rotary(
-    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    # q: [T, H, D]; k: [T, KVH, D]; cos, sin: [T, 1, D]
-    return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)

@@ -57,7 +57,7 @@ def _cpu_flags() -> str:
 
 def _build_key(name: str, cc: str) -> str:
     h = hashlib.sha256()
-    for src in sorted(CSRC.glob(f"{name}*")):
+    for src in sorted(CSRC.iterdir()):  # every source: headers are shared between kernels
         h.update(src.name.encode())
         h.update(src.read_bytes())
     h.update(" ".join((cc, *FLAGS, _cpu_flags())).encode())
@@ -65,7 +65,7 @@ def _build_key(name: str, cc: str) -> str:
 
 
 def build(name: str) -> Path:
-    """Compile csrc/<name>.c (and the headers beside it) unless cached; returns the library.
+    """Compile csrc/<name>.c (and the headers it includes) unless cached; returns the library.
 
     Raises RuntimeError with the compiler's output when it fails.
     """
@@ -91,6 +91,10 @@ def build(name: str) -> Path:
     return out
 
 
+# Element types the C kernels are built for, and the suffix of each entry point.
+SUFFIXES = {"float32": "f32", "bfloat16": "bf16"}
+
+
 @functools.cache
 def load(name: str) -> ctypes.CDLL | None:
     """The built library csrc/<name>.c, or None (logged once) where it cannot be built."""
@@ -101,3 +105,20 @@ def load(name: str) -> ctypes.CDLL | None:
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
         log.warning("CPU kernel %s unavailable, using the torch reference: %s", name, exc)
         return None
+
+
+def is_built(name: str) -> bool:
+    return load(name) is not None
+
+
+def entry(name: str, function: str, dtype) -> ctypes._CFuncPtr:
+    """The C function `<function>_<f32|bf16>` of library `name` for a torch dtype."""
+    lib = load(name)
+    if lib is None:
+        raise RuntimeError(f"the C kernel {name} could not be built (see the log)")
+    return getattr(lib, f"{function}_{SUFFIXES[str(dtype).removeprefix('torch.')]}")
+
+
+def ptr(t) -> ctypes.c_void_p:
+    """A tensor's data pointer, for a C argument."""
+    return ctypes.c_void_p(t.data_ptr())

@@ -18,7 +18,6 @@ from pipeline.kernels.dispatch import check, check_contiguous_last, check_dtype
 KERNEL = "paged_decode_attention_cpu"
 LIBRARY = "paged_attention_cpu"
 DTYPES = (torch.float32, torch.bfloat16)
-_SUFFIX = {torch.float32: "f32", torch.bfloat16: "bf16"}
 # Return codes of the C entry points (enum in csrc/paged_attention_cpu.c).
 _NO_MEMORY, _BAD_CONTEXT, _BAD_BLOCK = -1, -2, -3
 
@@ -32,13 +31,7 @@ class _Shape(ctypes.Structure):
 
 def is_supported(q: torch.Tensor) -> bool:
     """Whether this kernel runs for `q` here (a CPU tensor of an fp32/bf16 dtype, built)."""
-    return q.device.type == "cpu" and q.dtype in DTYPES and cpu_build.load(LIBRARY) is not None
-
-
-def _entry(dtype: torch.dtype):
-    lib = cpu_build.load(LIBRARY)
-    check(lib is not None, KERNEL, "the C kernel could not be built (see the log)")
-    return getattr(lib, f"paged_decode_attention_{_SUFFIX[dtype]}")
+    return q.device.type == "cpu" and q.dtype in DTYPES and cpu_build.is_built(LIBRARY)
 
 
 def paged_decode_attention_cpu(
@@ -82,14 +75,10 @@ def paged_decode_attention_cpu(
         k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
         tables.stride(0), tables.shape[1], k_cache.shape[1], scale,
     )  # fmt: skip
-    rc = _entry(q.dtype)(
-        ctypes.c_void_p(q.data_ptr()),
-        ctypes.c_void_p(k_cache.data_ptr()),
-        ctypes.c_void_p(v_cache.data_ptr()),
-        ctypes.c_void_p(tables.data_ptr()),
-        ctypes.c_void_p(ctx.data_ptr()),
-        ctypes.c_void_p(out.data_ptr()),
-        ctypes.byref(shape),
+    fn = cpu_build.entry(LIBRARY, "paged_decode_attention", q.dtype)
+    ptr = cpu_build.ptr
+    rc = fn(
+        ptr(q), ptr(k_cache), ptr(v_cache), ptr(tables), ptr(ctx), ptr(out), ctypes.byref(shape)
     )
     if rc == _NO_MEMORY:
         raise MemoryError(f"{KERNEL}: could not allocate its scratch memory")

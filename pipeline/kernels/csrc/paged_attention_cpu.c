@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
+
 /* Shapes and strides (in elements); mirrored by ctypes in paged_attention_cpu.py. */
 struct attn_shape {
   int64_t b, kvh, g_heads, d, bs;
@@ -44,26 +46,6 @@ static int check_rows(const int64_t *block_tables, const int64_t *context_lens,
     *max_ctx = ctx > *max_ctx ? ctx : *max_ctx;
   }
   return ATTN_OK;
-}
-
-typedef union {
-  uint32_t u;
-  float f;
-} bits32;
-
-static inline float bf16_to_f32(uint16_t x) {
-  bits32 c;
-  c.u = (uint32_t)x << 16;
-  return c.f;
-}
-
-/* Round to nearest even, as torch's float -> bfloat16 conversion does. */
-static inline uint16_t f32_to_bf16(float f) {
-  bits32 c;
-  c.f = f;
-  if ((c.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((c.u >> 16) | 0x40u); /* NaN */
-  c.u += 0x7fffu + ((c.u >> 16) & 1u);
-  return (uint16_t)(c.u >> 16);
 }
 
 /* A row of K or V as fp32: fp32 rows are read in place, bf16 rows converted into `buf`. */

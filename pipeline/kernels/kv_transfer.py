@@ -3,14 +3,15 @@
 The engine's pool is [layers, 2, KVH, num_blocks, block_size, D]; a handoff buffer is
 head-major too, [layers, 2, KVH, tokens, D] (see pipeline/engine/kv_cache.py), so an export
 is one gather of block rows and an import one scatter. The torch references are the
-engine's original copies; kv_transfer_triton.py has the same signatures.
+engine's original copies; kv_transfer_triton.py has the same signatures. Pool-to-pool copies
+(the shm_pool handoff) run in C on CPU (kv_copy_cpu.py).
 """
 
 from __future__ import annotations
 
 import torch
 
-from pipeline.kernels import dispatch
+from pipeline.kernels import dispatch, kv_copy_cpu
 
 
 def export_blocks_torch(kv: torch.Tensor, blocks: torch.Tensor, out: torch.Tensor) -> None:
@@ -59,7 +60,11 @@ def copy_blocks_between(
     """
     if dst.shape[:3] != src.shape[:3] or dst.shape[4:] != src.shape[4:]:
         raise ValueError(f"pool shapes differ: {tuple(dst.shape)} vs {tuple(src.shape)}")
-    for s, d, n in block_runs(src_blocks, dst_blocks):
+    runs = block_runs(src_blocks, dst_blocks)
+    if dispatch.use_cpu_kernel(dst) and kv_copy_cpu.is_supported(dst, src):
+        kv_copy_cpu.copy_block_runs(dst, src, runs)
+        return
+    for s, d, n in runs:
         dst[:, :, :, d : d + n].copy_(src[:, :, :, s : s + n])
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from pipeline.engine.kv_cache import KVCache
-from pipeline.kernels import dispatch
+from pipeline.kernels import cpu_build, dispatch, kv_copy_cpu
 from pipeline.kernels.kv_transfer import (
     block_runs,
     copy_blocks_between,
@@ -89,9 +89,12 @@ def test_block_runs_coalesce_only_blocks_that_step_together():
     assert block_runs([], []) == []
 
 
-def test_pool_to_pool_copy_matches_per_block_reference():
-    src = pool("cpu", torch.float32, seed=1)
-    dst = torch.zeros(2, 2, 2, 12, BS, 8)  # a pool of another size
+@pytest.mark.parametrize("kernels_env", ["auto", "torch"])  # auto: the C copy (kv_copy_cpu)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_pool_to_pool_copy_matches_per_block_reference(kernels_env, dtype, monkeypatch):
+    monkeypatch.setenv(dispatch.ENV, kernels_env)
+    src = pool("cpu", dtype, seed=1)
+    dst = torch.zeros(2, 2, 2, 12, BS, 8, dtype=dtype)  # a pool of another size
     src_blocks, dst_blocks = [3, 4, 5, 0, 8], [6, 7, 8, 1, 2]
     copy_blocks_between(dst, dst_blocks, src, src_blocks)
     ref = torch.zeros_like(dst)
@@ -99,4 +102,20 @@ def test_pool_to_pool_copy_matches_per_block_reference():
         ref[:, :, :, d] = src[:, :, :, s]
     assert torch.equal(dst, ref)
     with pytest.raises(ValueError, match="pool shapes differ"):
-        copy_blocks_between(torch.zeros(2, 2, 2, 12, BS, 4), [0], src, [0])
+        copy_blocks_between(torch.zeros(2, 2, 2, 12, BS, 4, dtype=dtype), [0], src, [0])
+
+
+def test_c_pool_copy_is_used_on_cpu_and_checks_its_runs(monkeypatch):
+    if cpu_build.compiler() is None:
+        pytest.skip("no C compiler on this host: the torch copy serves")
+    assert kv_copy_cpu.is_supported(pool("cpu", torch.float32), pool("cpu", torch.float32))
+    calls = []
+    real = kv_copy_cpu.copy_block_runs
+    monkeypatch.setattr(kv_copy_cpu, "copy_block_runs", lambda *a: calls.append(a[2]) or real(*a))
+    src, dst = pool("cpu", torch.float32, seed=2), torch.zeros(2, 2, 2, 12, BS, 8)
+    copy_blocks_between(dst, [0, 1, 5], src, [2, 3, 7])
+    assert calls == [[(2, 0, 2), (7, 5, 1)]]
+    assert torch.equal(dst[:, :, :, [0, 1, 5]], src[:, :, :, [2, 3, 7]])
+    with pytest.raises(dispatch.KernelArgumentError, match="outside a pool"):
+        real(dst, src, [(0, 11, 2)])  # dst has 12 blocks: 11 + 2 is past its end
+    assert not kv_copy_cpu.is_supported(dst, src.transpose(3, 4))

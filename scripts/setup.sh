@@ -23,6 +23,12 @@ if ! command -v redis-server >/dev/null 2>&1; then
     exit 1
   fi
 fi
+# gcc builds the CPU kernels (pipeline/kernels/csrc) at first use; without it the engine falls
+# back to the torch references (slower) and their tests skip.
+if ! command -v gcc >/dev/null 2>&1 && ! command -v cc >/dev/null 2>&1; then
+  echo "[setup] installing gcc (apt)"
+  apt_install gcc libc6-dev || echo "[setup] warning: no C compiler; CPU kernels fall back to torch" >&2
+fi
 # docker-compose (v1, Debian) validates docker-compose.yml in tests/unit/test_infra.py; no
 # Docker engine is needed for that. Missing it is a warning here (that test then fails).
 if ! command -v docker-compose >/dev/null 2>&1; then

@@ -55,6 +55,9 @@ static void NAME(attend_one)(const ELEM *q, const ELEM *kh, const ELEM *vh,
                              const struct attn_shape *s, float *scores, float *qf, float *acc,
                              float *row) {
   switch (s->d) {
+    case 32:
+      NAME(attend_body)(q, kh, vh, table, ctx, out, s, scores, qf, acc, row, 32);
+      break;
     case 64:
       NAME(attend_body)(q, kh, vh, table, ctx, out, s, scores, qf, acc, row, 64);
       break;

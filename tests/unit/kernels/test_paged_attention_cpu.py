@@ -28,7 +28,7 @@ def built():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("kv_heads, group", [(2, 1), (1, 2), (3, 3), (2, 4)])
-@pytest.mark.parametrize("head_dim", [64, 128, 24])
+@pytest.mark.parametrize("head_dim", [32, 64, 128, 24])
 def test_matches_reference(dtype, kv_heads, group, head_dim):
     q, k, v, tables, ctx = make_case("cpu", dtype, kv_heads, group, CONTEXTS, head_dim=head_dim)
     scale = head_dim**-0.5

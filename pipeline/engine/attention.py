@@ -2,7 +2,9 @@
 
 A batch is flattened into T tokens: first the decode sequences (one query token each), then the
 prefill chunks (several query tokens each). Decode attention is batched over padded block
-tables; prefill chunks attend one sequence at a time, to their cached context plus themselves.
+tables; prefill chunks attend one sequence at a time, to their cached context plus themselves
+(torch SDPA). Where the C decode kernel runs (CPU), prefill tokens are rows of the decode call
+too, each with its causal prefix as its context: one kernel call per layer for the batch.
 
 Cache layout per layer: [KVH, num_blocks, block_size, D] (head-major). Gathering a batch's
 blocks along dim 1 then yields [KVH, B, L, D] directly, ready for batched matmuls: on CPU this
@@ -30,7 +32,8 @@ class PrefillChunk:
 
 @dataclass(slots=True)
 class DecodeGroup:
-    """Decode rows [start, end) of the flat batch, of similar context lengths."""
+    """Rows [start, end) of the flat batch for the decode kernel, one query token each: decode
+    sequences of similar context lengths (and, on the C kernel, prefill tokens)."""
 
     start: int
     end: int

@@ -41,6 +41,11 @@ def kernels_dir() -> Path:
     return Path(os.environ.get("STEPWISE_KERNELS_DIR") or DEFAULT_DIR).expanduser()
 
 
+def extra_flags() -> list[str]:
+    """$STEPWISE_KERNELS_CFLAGS, appended to FLAGS (e.g. -mno-avx512f: the portable loops)."""
+    return os.environ.get("STEPWISE_KERNELS_CFLAGS", "").split()
+
+
 def compiler() -> str | None:
     return os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
 
@@ -60,7 +65,7 @@ def _build_key(name: str, cc: str) -> str:
     for src in sorted(CSRC.iterdir()):  # every source: headers are shared between kernels
         h.update(src.name.encode())
         h.update(src.read_bytes())
-    h.update(" ".join((cc, *FLAGS, _cpu_flags())).encode())
+    h.update(" ".join((cc, *FLAGS, *extra_flags(), _cpu_flags())).encode())
     return h.hexdigest()[:16]
 
 
@@ -80,7 +85,7 @@ def build(name: str) -> Path:
     fd, tmp = tempfile.mkstemp(dir=out.parent, suffix=".so.tmp")
     os.close(fd)
     try:
-        cmd = [cc, *FLAGS, "-o", tmp, str(CSRC / f"{name}.c"), "-lm"]
+        cmd = [cc, *FLAGS, *extra_flags(), "-o", tmp, str(CSRC / f"{name}.c"), "-lm"]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
         if proc.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr.strip()}")

@@ -3,8 +3,8 @@
 For logits [S, V]: argmax (first of ties), max-probability, entropy (nats) and log-sum-exp,
 all fp32 except argmax (int64). The sampler uses argmax, entropy and log-sum-exp; early exit
 reads max-probability. The torch reference keeps the sampler's original expressions
-(H = lse - sum(softmax * logits)), so CPU results are unchanged; logits_stats_triton.py does
-it in one online pass over vocabulary tiles. Logits are assumed finite.
+(H = lse - sum(softmax * logits)); logits_stats_triton.py does it in one online pass over
+vocabulary tiles, logits_stats_cpu.py (C) in two reads of each row. Logits are assumed finite.
 """
 
 from __future__ import annotations
@@ -33,7 +33,12 @@ def logits_stats_torch(logits: torch.Tensor) -> LogitsStats:
 
 
 def logits_stats(logits: torch.Tensor) -> LogitsStats:
-    """Dispatches to Triton on CUDA (or when forced), else to the torch reference."""
+    """Dispatches to Triton on CUDA (or when forced), to C on CPU, else to the torch reference."""
     if dispatch.use_triton(logits):
         return dispatch.triton_module("logits_stats").logits_stats_triton(logits)
+    if dispatch.use_cpu_kernel(logits):
+        from pipeline.kernels import logits_stats_cpu  # imports LogitsStats from here
+
+        if logits_stats_cpu.is_supported(logits):
+            return logits_stats_cpu.logits_stats_cpu(logits)
     return logits_stats_torch(logits)

@@ -59,6 +59,19 @@ def paged_decode_attention_torch(
     return torch.matmul(probs, v).transpose(0, 1).reshape(b, h, d)
 
 
+def runs_prefill_rows(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether prefill tokens go through the decode kernel here, each as a row with its own
+    context length (its causal prefix; the chunk's K/V is stored before attention runs): the C
+    kernel reads the paged cache in place, where torch's SDPA over one chunk at a time was
+    slower for these lengths and needed a gather for chunks with cached context."""
+    probe = torch.empty(0, dtype=dtype, device=device)
+    return (
+        not dispatch.use_triton(probe)
+        and dispatch.use_cpu_kernel(probe)
+        and paged_attention_cpu.is_supported(probe)
+    )
+
+
 def pads_to_group_width(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether decode attention here reads whole padded tables (the torch reference's gather),
     so that splitting a batch into groups of similar context length saves work; the C and

@@ -18,6 +18,9 @@
 #include <string.h>
 
 #include "bf16.h"
+#ifdef __AVX512F__
+#include "paged_attention_avx512.h"
+#endif
 
 /* Shapes and strides (in elements); mirrored by ctypes in paged_attention_cpu.py. */
 struct attn_shape {
@@ -84,9 +87,12 @@ static void softmax_inplace(float *x, int64_t n) {
 #include "paged_attention_cpu_impl.h"
 #undef ELEM
 #undef SUFFIX
+#undef ELEM_IS_BF16
 
 #define ELEM uint16_t
 #define SUFFIX bf16
+#define ELEM_IS_BF16
 #include "paged_attention_cpu_impl.h"
 #undef ELEM
 #undef SUFFIX
+#undef ELEM_IS_BF16

@@ -7,6 +7,8 @@ engine-level checks (greedy tokens against HF) run with this kernel too: it is t
 decode attention on CPU.
 """
 
+import platform
+
 import pytest
 import torch
 
@@ -37,12 +39,36 @@ def test_matches_reference(dtype, kv_heads, group, head_dim):
     assert_close(out, reference(q, k, v, tables, ctx, scale), dtype)
 
 
-def test_odd_block_size_strided_q_and_int32_indices():
-    q, k, v, tables, ctx = make_case("cpu", torch.float32, 2, 2, [1, 5, 6, 7, 40], bs=6)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("head_dim", [32, 64])
+def test_odd_block_size_strided_q_and_int32_indices(dtype, head_dim):
+    # Block size 6: the vector loops' chunks of 16 (and 64) positions span blocks.
+    contexts = [1, 5, 6, 7, 40, 131]
+    q, k, v, tables, ctx = make_case("cpu", dtype, 2, 2, contexts, bs=6, head_dim=head_dim)
     wide = torch.cat([q, torch.zeros_like(q)], dim=1)[:, : q.shape[1]]  # rows not dense
     assert not wide.is_contiguous()
     out = paged_decode_attention_cpu(wide, k, v, tables.int(), ctx.int(), 0.3)
-    assert_close(out, reference(q, k, v, tables, ctx, 0.3), torch.float32)
+    assert_close(out, reference(q, k, v, tables, ctx, 0.3), dtype)
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 flag")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_portable_build_matches_the_native_one(tmp_path, monkeypatch, dtype):
+    # Built without AVX-512 (the loops an AVX2 host runs), on the same inputs as the native
+    # build: both paths are checked on any x86 host, whichever one this host would pick.
+    q, k, v, tables, ctx = make_case("cpu", dtype, 3, 3, CONTEXTS, head_dim=64)
+    native = paged_decode_attention_cpu(q, k, v, tables, ctx, 0.125)
+    monkeypatch.setenv("STEPWISE_KERNELS_DIR", str(tmp_path))
+    monkeypatch.setenv("STEPWISE_KERNELS_CFLAGS", "-mno-avx512f")
+    cpu_build.load.cache_clear()
+    try:
+        portable = paged_decode_attention_cpu(q, k, v, tables, ctx, 0.125)
+        assert list(tmp_path.glob("paged_attention_cpu-*.so"))  # a second build was made
+    finally:
+        cpu_build.load.cache_clear()
+    ref = reference(q, k, v, tables, ctx, 0.125)
+    assert_close(portable, ref, dtype)
+    assert_close(native, ref, dtype)
 
 
 def test_same_result_on_one_and_two_threads():

@@ -1,0 +1,69 @@
+/* Per-row statistics of fp32 logits on CPU (logits_stats_torch in pipeline/kernels/
+ * logits_stats.py): argmax (first of ties), max-probability, entropy (nats), log-sum-exp.
+ *
+ * The reference makes five passes over [S, V] and two [S, V] temporaries (logsumexp, softmax,
+ * the product, its sum, max). Here each row is read twice and nothing is allocated: once for
+ * its max and argmax, once for s = sum exp(x - m) and w = sum exp(x - m) * (x - m). Then
+ * lse = m + log s, entropy = log s - w / s (the reference's lse - sum p x, without the
+ * cancellation of two large terms), max_prob = 1 / s. A row of a 50k vocabulary is
+ * 200 KB, so the second pass reads it from L2. Rows are split across torch's OpenMP threads.
+ */
+#include <math.h>
+#include <stdint.h>
+
+#ifdef __AVX512F__
+#include <immintrin.h>
+
+/* The maximum and the first index holding it: per-lane maxima with the index where each was
+ * first seen (strictly greater replaces), then the lowest index among the lanes at the max. */
+static void max_argmax(const float *x, int64_t v, float *max_out, int64_t *arg_out) {
+  __m512 m = _mm512_set1_ps(-INFINITY);
+  __m512i idx = _mm512_setzero_si512(), at = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9,
+                                                                10, 11, 12, 13, 14, 15);
+  const __m512i step = _mm512_set1_epi32(16);
+  int64_t i = 0;
+  for (; i + 16 <= v; i += 16) {
+    const __m512 y = _mm512_loadu_ps(x + i);
+    const __mmask16 gt = _mm512_cmp_ps_mask(y, m, _CMP_GT_OQ);
+    m = _mm512_mask_blend_ps(gt, m, y);
+    idx = _mm512_mask_blend_epi32(gt, idx, at);
+    at = _mm512_add_epi32(at, step);
+  }
+  float best = _mm512_reduce_max_ps(m);
+  const __mmask16 hit = _mm512_cmp_ps_mask(m, _mm512_set1_ps(best), _CMP_EQ_OQ);
+  int64_t arg = hit ? _mm512_mask_reduce_min_epi32(hit, idx) : 0;
+  for (; i < v; i++)
+    if (x[i] > best) best = x[i], arg = i;
+  *max_out = best;
+  *arg_out = arg;
+}
+#else
+static void max_argmax(const float *x, int64_t v, float *max_out, int64_t *arg_out) {
+  float best = x[0];
+  int64_t arg = 0;
+  for (int64_t i = 1; i < v; i++)
+    if (x[i] > best) best = x[i], arg = i;
+  *max_out = best;
+  *arg_out = arg;
+}
+#endif
+
+/* x: [s, v] with row stride `stride` (v >= 1); outputs [s]. Logits are assumed finite. */
+void logits_stats_f32(const float *x, int64_t s, int64_t v, int64_t stride, int64_t *argmax,
+                      float *max_prob, float *entropy, float *lse) {
+#pragma omp parallel for schedule(static) if (s * v >= (1 << 16))
+  for (int64_t r = 0; r < s; r++) {
+    const float *xr = x + r * stride;
+    float m;
+    max_argmax(xr, v, &m, &argmax[r]);
+    float sum = 0.f, wsum = 0.f;
+    for (int64_t i = 0; i < v; i++) {
+      const float y = xr[i] - m, e = expf(y);
+      sum += e;
+      wsum += e * y;
+    }
+    lse[r] = m + logf(sum);
+    entropy[r] = logf(sum) - wsum / sum;
+    max_prob[r] = 1.f / sum;
+  }
+}

@@ -104,6 +104,7 @@ def engine_line(name: str, st: dict) -> str:
     steps = max(1, st["num_steps"])
     return (
         f"  {name:<14}{st['num_steps']:>6} steps {st['forward_s']:>7.2f} s forward "
+        f"({st.get('forward_cpu_s', 0.0):.2f} s on its CPU) "
         f"({1000 * st['forward_s'] / steps:5.1f} ms/step, "
         f"{st['num_decode_tokens'] / steps:5.1f} decode tokens/step, "
         f"{st['num_prefill_tokens']} prefill tokens)"
@@ -112,7 +113,13 @@ def engine_line(name: str, st: dict) -> str:
 
 async def pipeline_run(kafka: str, prefix: str, problems, verify: str, events: bool) -> dict:
     async with StepwiseClient(kafka, prefix, events=events) as client:
-        warm = schema.Job(id=f"warm-{uuid.uuid4().hex[:6]}", prompt="1 + 1")
+        # Warm-up in the run's verify mode: a verified job here would wait out its verdict
+        # timeout when no verify worker runs.
+        warm = schema.Job(
+            id=f"warm-{uuid.uuid4().hex[:6]}",
+            prompt="1 + 1",
+            params=schema.JobParams(verify=verify),
+        )
         await client.submit(warm)
         async for _ in client.follow({warm.id}, timeout_s=300):
             pass

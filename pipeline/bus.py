@@ -195,12 +195,16 @@ class _Rebalance(ConsumerRebalanceListener):
         return None
 
 
+PAUSED_CHECK_S = 0.05  # a paused loop's check of should_pause() when nobody wakes it
+
+
 class ConsumeLoop:
     """At-least-once consumption for one stage.
 
     `handler(record, ack)` must call `ack()` once the record's outputs are acknowledged; it may
     do so later (decode acks when the job's Result is out). `should_pause()` is polled: while
-    it is true, fetching pauses (backpressure).
+    it is true, fetching pauses (backpressure). A paused loop checks again when `wake()` is
+    called (a stage that frees capacity says so) or after PAUSED_CHECK_S.
     """
 
     def __init__(
@@ -225,6 +229,7 @@ class ConsumeLoop:
         self.tracker = OffsetTracker()
         self.consumer: AIOKafkaConsumer | None = None
         self._stopping = asyncio.Event()
+        self._wake = asyncio.Event()
         self._paused = False
         self.num_records = 0
         self.num_poison = 0
@@ -319,12 +324,21 @@ class ConsumeLoop:
         last_commit = asyncio.get_running_loop().time()
         try:
             while not self._stopping.is_set():
+                self._wake.clear()
                 self._set_paused(
                     self.should_pause() or self.tracker.num_in_flight() >= self.max_in_flight
                 )
-                batch = await self.consumer.getmany(
-                    timeout_ms=50, max_records=self.config.max_poll_records
-                )
+                if self._paused:
+                    # Not an empty 50 ms poll: a decode slot that frees is refilled within a
+                    # step, not after tens of milliseconds.
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(PAUSED_CHECK_S):
+                            await self._wake.wait()
+                    batch = {}
+                else:
+                    batch = await self.consumer.getmany(
+                        timeout_ms=50, max_records=self.config.max_poll_records
+                    )
                 for tp, records in batch.items():
                     for record in records:
                         self.tracker.start(tp, record.offset)
@@ -335,6 +349,10 @@ class ConsumeLoop:
                     last_commit = now
         finally:
             await self.commit()
+
+    def wake(self) -> None:
+        """Capacity was freed: a paused loop checks `should_pause()` now."""
+        self._wake.set()
 
     async def drain(self, timeout_s: float) -> bool:
         """Wait until no record is in flight (or the timeout); True if fully drained."""
@@ -347,6 +365,7 @@ class ConsumeLoop:
 
     def stop(self) -> None:
         self._stopping.set()
+        self._wake.set()
 
     async def close(self) -> None:
         if self.consumer is not None:

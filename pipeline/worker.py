@@ -77,6 +77,11 @@ class StageWorker(ABC):
     def should_pause(self) -> bool:
         return False
 
+    def wake_consumer(self) -> None:
+        """Capacity freed: a paused consume loop looks at should_pause() again now."""
+        if (loop := getattr(self, "loop", None)) is not None:
+            loop.wake()
+
     async def teardown(self) -> None:
         """Release what setup() took (after the consume loop has drained)."""
         return None  # optional hook

@@ -108,7 +108,10 @@ class DecodeWorker(EngineStageWorker):
         telemetry.set_inflight(len(self.runs))
 
     def should_pause(self) -> bool:
-        busy = len(self.runs) + self.inbox.qsize() >= self.config.max_decode_seqs
+        # A few handoffs past the running batch wait in the engine's queue, KV imported: a
+        # sequence that finishes is replaced in the next step, not after a fetch round trip.
+        prefetch = max(4, self.config.max_decode_seqs // 4)
+        busy = len(self.runs) + self.inbox.qsize() >= self.config.max_decode_seqs + prefetch
         used, total = self.engine.kv_usage()
         return busy or (total > 0 and used > 0.9 * total)
 
@@ -157,36 +160,63 @@ class DecodeWorker(EngineStageWorker):
         driver = ReasoningDriver(engine, seq, reasoning)
         problem = engine.tokenizer.decode(h.token_ids)
         run = JobRun(h, driver, problem, self.verdict_stream, now_ms())
-        if h.cache_key is not None:  # ingest found the job reproducible
+        # Steps enter the step cache only with a verdict, under a key that holds the verify
+        # mode: a job that verifies nothing can find none, so it never asks.
+        if h.cache_key is not None and h.params.verify != "off":  # ingest: reproducible
             run.step_key = step_key(h.model, h.token_ids, h.premises, h.params)
         return run, kv_ack
 
-    def _maybe_splice(self, run: JobRun) -> bool:
-        """At a step boundary of a reproducible job, reuse the verified step cached for it;
-        whether one was put in."""
-        if run.step_key is None or (index := run.driver.wants_next_step()) is None:
-            return False
-        if (hit := self._cached_step(run)) is None:
-            return False
-        return run.driver.splice_step(index, *hit)
+    def _splice_cached(self, runs: list[JobRun], emit, now_s: float) -> None:
+        """At step boundaries of reproducible jobs, put in the verified steps cached for them:
+        one Redis round trip for every job of the tick that sits on a boundary, and one more
+        for each round of steps spliced in a row (a splice is read back before the next
+        lookup, else the engine would sample past the spliced delimiter)."""
+        while runs:
+            asks = []
+            for run in runs:
+                try:
+                    if run.step_key is not None and (i := run.driver.wants_next_step()) is not None:
+                        asks.append((run, i))
+                except Exception:
+                    self._fail(run)
+            if not asks:
+                return
+            hits = self._cached_steps([r for r, _ in asks])
+            runs = []
+            for (run, index), hit in zip(asks, hits, strict=True):
+                try:
+                    if hit is not None and run.driver.splice_step(index, *hit):
+                        emit(run, run.driver.advance(now_s))
+                        runs.append(run)
+                except Exception:
+                    self._fail(run)
 
-    def _cached_step(self, run: JobRun) -> tuple[str, str] | None:
-        """The verified step that followed this chain before, from Redis (engine thread)."""
-        assert run.step_key is not None
-        scope = Scope.of(run.handoff)
-        accepted = [s.text for s in run.driver.reasoner.chain]
-        content = Cache.step_content(run.step_key, accepted)
-        keys = [self.cache.key("step", name, scope, content) for name in SCOPES]
+    def _cached_steps(self, runs: list[JobRun]) -> list[tuple[str, str] | None]:
+        """The verified step that followed each run's chain before, from Redis in one MGET
+        (engine thread); None for a miss, and for all when Redis is slow or away (the steps
+        are generated instead)."""
+        keys = []
+        for run in runs:
+            assert run.step_key is not None
+            scope = Scope.of(run.handoff)
+            accepted = [s.text for s in run.driver.reasoner.chain]
+            content = Cache.step_content(run.step_key, accepted)
+            keys += [self.cache.key("step", name, scope, content) for name in SCOPES]
         try:
-            found = next((v for v in self.sync_redis.mget(keys) if v is not None), None)
-        except Exception:  # Redis slow or away: generate the step instead
-            return None
-        if found is None:
-            telemetry.cache_miss("step")
-            return None
-        telemetry.cache_hit("step", "l2")
-        text, verdict = msgspec.msgpack.decode(found)
-        return text, verdict
+            values = self.sync_redis.mget(keys)
+        except Exception:
+            return [None] * len(runs)
+        hits: list[tuple[str, str] | None] = []
+        for i in range(len(runs)):
+            found = next((v for v in values[i * len(SCOPES) : (i + 1) * len(SCOPES)] if v), None)
+            if found is None:
+                telemetry.cache_miss("step")
+                hits.append(None)
+                continue
+            telemetry.cache_hit("step", "l2")
+            text, verdict = msgspec.msgpack.decode(found)
+            hits.append((text, verdict))
+        return hits
 
     def _import(self, h: schema.Handoff, params):
         d = h.kv
@@ -264,7 +294,8 @@ class DecodeWorker(EngineStageWorker):
                     emit(entry[0], entry[0].driver.verdict(v.key, v.verdict, detail, now_s))
                 except Exception:
                     self._fail(entry[0])
-        for job_id, (run, ack) in list(self.runs.items()):
+        live_runs = []
+        for run, _ in self.runs.values():
             if not run.seq.is_finished:
                 try:
                     # Live limits tighten jobs already running (checked at step boundaries).
@@ -273,12 +304,11 @@ class DecodeWorker(EngineStageWorker):
                         run.driver.reasoner.update_budget(live.max_thinking_tokens, live.max_steps)
                     events.extend(token_events(run, tok, t))
                     emit(run, run.driver.advance(now_s))
-                    # Cached steps in a row: each splice is read back before the next lookup
-                    # (else the engine samples past the spliced delimiter).
-                    while self._maybe_splice(run):
-                        emit(run, run.driver.advance(now_s))
+                    live_runs.append(run)
                 except Exception:
                     self._fail(run)
+        self._splice_cached([r for r in live_runs if not r.seq.is_finished], emit, now_s)
+        for job_id, (run, ack) in list(self.runs.items()):
             if run.seq.is_finished:
                 for step in run.driver.reasoner.chain:
                     telemetry.observe_step(step.end - step.start)
@@ -341,6 +371,8 @@ class DecodeWorker(EngineStageWorker):
                 log.exception("decode tick failed")
                 await asyncio.sleep(0.5)
                 continue
+            if tick[1]:  # jobs finished: room for more handoffs
+                self.wake_consumer()
             # Publishing happens beside the engine, not between its steps: the next step starts
             # while this one's events and Results wait for the broker.
             await self.outbox.put(tick)

@@ -50,6 +50,9 @@ class EngineStats:
     num_steps: int = 0
     step_s: float = 0.0  # wall time inside step(), cumulative
     forward_s: float = 0.0  # of which: model forward + logits + sampling
+    # CPU time of the calling thread in those forwards: well below forward_s means the forward
+    # waited (for the GIL, or for a core other processes hold), not that it computed.
+    forward_cpu_s: float = 0.0
     num_prefill_tokens: int = 0
     num_decode_tokens: int = 0
     num_generated_tokens: int = 0
@@ -332,9 +335,10 @@ class Engine:
         if not sched.scheduled:
             return []
         self.kv_cache.copy_blocks(self.block_manager.take_pending_copies())
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.thread_time()
         sampled = self.runner.execute(sched.scheduled)
         self.stats.forward_s += time.perf_counter() - t1
+        self.stats.forward_cpu_s += time.thread_time() - c1
 
         outputs: list[TokenOutput] = []
         for s in sched.scheduled:

@@ -87,6 +87,7 @@ class PrefillWorker(EngineStageWorker):
             batch = [first]
             while len(batch) < self.config.max_prefill_batch and not self.pending.empty():
                 batch.append(self.pending.get_nowait())
+            self.wake_consumer()  # the queue has room again
             try:
                 handoffs = await self.in_engine(self._prefill_batch, batch)
             except Exception as e:  # a bad batch must not kill the worker: dead-letter each job

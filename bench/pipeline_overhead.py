@@ -5,7 +5,12 @@
                                       [--follow-events]
 
 One run, same problems, same seeds, same sampling:
-  * engine-only: `Engine` in this process, every request added at once (saturation);
+  * engine-only: `Engine` in this process, every request added at once (saturation), in
+    the problems' order; after the pipeline run once more in the order the pipeline's decode
+    admitted the jobs (its engine queue is FIFO), so that both sides fill their batches of 64
+    from the same sequence of jobs: the steps a batch needs depend on which jobs are left for
+    the tail, and this problem set's own order is an unusually good one (its long problems sit
+    in its third quarter);
   * pipeline: ingest, prefill and decode worker processes on the local stack (embedded
     Kafka-compatible broker + Redis), every job published at once after a warm-up job. Jobs
     run with verify=off by default, as the engine-only side verifies nothing (--verify async
@@ -65,7 +70,9 @@ def summarize(wall: float, tokens: int, finish_s: list[float]) -> dict:
     }
 
 
-def engine_only(model: str, problems, threads: int) -> dict:
+def engine_only(model: str, problems, threads: int, order: list[int] | None = None) -> dict:
+    """Every job added at once, in `order` (indexes into problems; default their own order):
+    the engine's queue is FIFO, so that is the order jobs enter its running batch."""
     import torch
 
     torch.set_num_threads(threads)
@@ -75,7 +82,8 @@ def engine_only(model: str, problems, threads: int) -> dict:
     t0 = time.perf_counter()
     done: dict[str, float] = {}
     seqs = []
-    for i, p in enumerate(problems):
+    for i in order if order is not None else range(len(problems)):
+        p = problems[i]
         ids = engine.encode_prompt([{"role": "user", "content": " ".join(p.question.split())}])
         params = SamplingParams(temperature=0.7, seed=i, max_tokens=MAX_TOKENS)
         seqs.append(engine.add(Request(f"e{i}", ids, params)))
@@ -88,6 +96,29 @@ def engine_only(model: str, problems, threads: int) -> dict:
     after = engine.stats.as_dict()
     summary["engine"] = {k: after[k] - before[k] for k in after}
     return summary
+
+
+def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
+    """User + system CPU seconds of each process so far, all its threads (/proc/PID/stat)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    found = {}
+    for name, pid in pids.items():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        found[name] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return found
+
+
+def stack_pids(stack: Stack) -> dict[str, int]:
+    """The processes one pipeline run keeps busy: workers, broker, Redis, this client."""
+    pids = {name: proc.pid for name, proc in stack.procs.items()}
+    for service in stack.services.embedded:
+        if service.pid is not None:
+            pids[service.name] = service.pid
+    pids["bench client"] = os.getpid()
+    return pids
 
 
 def worker_engine_stats(log_dir: str) -> dict[str, dict]:
@@ -111,7 +142,9 @@ def engine_line(name: str, st: dict) -> str:
     )
 
 
-async def pipeline_run(kafka: str, prefix: str, problems, verify: str, events: bool) -> dict:
+async def pipeline_run(
+    kafka: str, prefix: str, problems, verify: str, events: bool, pids: dict[str, int]
+) -> dict:
     async with StepwiseClient(kafka, prefix, events=events) as client:
         # Warm-up in the run's verify mode: a verified job here would wait out its verdict
         # timeout when no verify worker runs.
@@ -135,17 +168,27 @@ async def pipeline_run(kafka: str, prefix: str, problems, verify: str, events: b
             )
             for i, p in enumerate(problems)
         ]
+        cpu0 = cpu_seconds(pids)
         t0 = time.perf_counter()
-        for j in jobs:
-            await client.submit(j)
+        await client.submit_many(jobs)  # all at once, as the engine-only side adds them
         results = {}
         async for msg in client.follow({j.id for j in jobs}, timeout_s=1200, grace_s=0):
             if isinstance(msg, schema.Result):
                 results[msg.id] = (msg, time.perf_counter() - t0)
         wall = max(t for _, t in results.values())
+        cpu1 = cpu_seconds(pids)
     tokens = sum(r.usage.completion_tokens for r, _ in results.values())
     summary = summarize(wall, tokens, [t for _, t in results.values()])
     summary["ok"] = sum(r.status == "ok" for r, _ in results.values())
+    # The order decode started the jobs in (its engine admits them FIFO): a Result's time
+    # less its decode stage.
+    index = {j.id: i for i, j in enumerate(jobs)}
+    started = {
+        index[r.id]: r.ts_ms - r.timings.stages.get("decode", 0) for r, _ in results.values()
+    }
+    summary["decode_order"] = sorted(started, key=lambda i: (started[i], i))
+    # Cores each process kept busy over the run (CPU seconds / wall; two cores here).
+    summary["cores"] = {k: (cpu1[k] - cpu0[k]) / wall for k in cpu1 if k in cpu0}
     return summary
 
 
@@ -233,26 +276,40 @@ def main() -> None:
     print(f"pipeline workers: {', '.join(workers)}", flush=True)
     with Stack(config, workers=workers, log_dir=log_dir) as stack:
         kafka = stack.services.bootstrap_servers
+        pids = stack_pids(stack)
         pipe = asyncio.run(
-            pipeline_run(kafka, config.topic_prefix, problems, args.verify, args.follow_events)
+            pipeline_run(
+                kafka, config.topic_prefix, problems, args.verify, args.follow_events, pids
+            )
         )
         hop = asyncio.run(hop_latency(kafka, args.hops))
     # After the stack stopped: each engine worker logs its totals (warm-up job included).
     workers_engine = worker_engine_stats(log_dir)
     ho = handoff(args.threads)
 
+    # The same jobs again in-process, admitted in the order decode admitted them: how many
+    # steps a batch of 64 needs depends on that order (which jobs are left for the tail), and
+    # the pipeline's order is not the problems' own.
+    print("engine-only, in the pipeline's admission order ...", flush=True)
+    eng_same = engine_only(args.model, problems, args.threads, pipe["decode_order"])
     ratio = pipe["tokens_per_s"] / eng["tokens_per_s"]
+    ratio_same = pipe["tokens_per_s"] / eng_same["tokens_per_s"]
     print(f"\n{'':<14}{'tokens/s':>10}{'jobs/s':>9}{'p50 ms':>10}{'p99 ms':>10}{'tokens':>8}")
-    for name, r in (("engine-only", eng), ("pipeline", pipe)):
+    rows = (("engine-only", eng), ("  same order", eng_same), ("pipeline", pipe))
+    for name, r in rows:
         print(
             f"{name:<14}{r['tokens_per_s']:>10.1f}{r['jobs_per_s']:>9.2f}"
             f"{r['p50_ms']:>10.0f}{r['p99_ms']:>10.0f}{r['tokens']:>8}"
         )
     print("where the model's time went (engine totals):")
     print(engine_line("engine-only", eng["engine"]))
+    print(engine_line("  same order", eng_same["engine"]))
     for stage, st in sorted(workers_engine.items()):
         print(engine_line(stage, st))
+    busy = ", ".join(f"{k} {v:.2f}" for k, v in sorted(pipe["cores"].items(), key=lambda x: -x[1]))
+    print(f"cores busy during the pipeline run: {busy} (of {os.cpu_count()})")
     print(f"pipeline / engine throughput: {ratio:.2f}  (target >= 0.85)")
+    print(f"pipeline / engine throughput, same admission order: {ratio_same:.2f}")
     print(f"Kafka hop p50 {hop['p50_ms']:.2f} ms, p95 {hop['p95_ms']:.2f} ms  (target p50 < 5)")
     print(f"KV handoff vs memcpy: {ho['handoff_vs_memcpy']:.2f}  (target >= 0.5)")
     print(
@@ -266,6 +323,8 @@ def main() -> None:
                 "engine_tokens_per_s": round(eng["tokens_per_s"], 2),
                 "pipeline_tokens_per_s": round(pipe["tokens_per_s"], 2),
                 "throughput_ratio": round(ratio, 3),
+                "engine_same_order_tokens_per_s": round(eng_same["tokens_per_s"], 2),
+                "throughput_ratio_same_order": round(ratio_same, 3),
                 "engine_p50_ms": round(eng["p50_ms"]),
                 "engine_p99_ms": round(eng["p99_ms"]),
                 "pipeline_p50_ms": round(pipe["p50_ms"]),
@@ -277,6 +336,7 @@ def main() -> None:
                 "worker_forward_s": {
                     k: round(v["forward_s"], 2) for k, v in sorted(workers_engine.items())
                 },
+                "pipeline_cores_busy": {k: round(v, 2) for k, v in pipe["cores"].items()},
                 "load_avg_start": round(load0, 2),
                 "load_avg_end": round(os.getloadavg()[0], 2),
             }

@@ -79,6 +79,11 @@ class StepwiseClient:
     async def submit(self, job: schema.Job) -> None:
         await self.producer.send(self.topics.jobs, schema.encode(job), key=job.id)
 
+    async def submit_many(self, jobs: list[schema.Job]) -> None:
+        """Publish a batch of jobs at once; returns when the broker has acknowledged all of
+        them (one acknowledgement wait for the batch, not one per job)."""
+        await self.producer.send_many([(self.topics.jobs, j.id, schema.encode(j)) for j in jobs])
+
     async def follow(
         self, job_ids: set[str], timeout_s: float = 300.0, grace_s: float = 2.0
     ) -> AsyncIterator[schema.Event | schema.Result]:

@@ -107,6 +107,7 @@ class PipelineConfig:
             "export_pool_mb": int(_env("EXPORT_POOL_MB", str(base.export_pool_mb))),
             "kv_lease_ms": int(_env("KV_LEASE_MS", str(base.kv_lease_ms))),
             "max_decode_seqs": int(_env("MAX_DECODE_SEQS", str(base.max_decode_seqs))),
+            "max_prefill_batch": int(_env("MAX_PREFILL_BATCH", str(base.max_prefill_batch))),
             "verdict_timeout_s": float(_env("VERDICT_TIMEOUT_S", str(base.verdict_timeout_s))),
             "max_retries": int(_env("MAX_RETRIES", str(base.max_retries))),
             "max_backtracks": int(_env("MAX_BACKTRACKS", str(base.max_backtracks))),

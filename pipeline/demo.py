@@ -43,8 +43,7 @@ async def run_demo(kafka: str, prefix: str, n: int, seed: int, show: int = 1) ->
     shown: list[str] = []
     t0 = time.perf_counter()
     async with StepwiseClient(kafka, prefix) as client:
-        for _, job in jobs.values():
-            await client.submit(job)
+        await client.submit_many([job for _, job in jobs.values()])
         with tqdm(total=len(jobs), desc="jobs", unit="job", file=sys.stderr) as bar:
             async for msg in client.follow(set(jobs), timeout_s=600):
                 if isinstance(msg, schema.Result):

@@ -147,6 +147,10 @@ class EmbeddedService(ABC):
     def is_running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
     def _spawn(self) -> None:
         if self._proc is not None:
             raise ServiceError(f"{self.name} is already started")

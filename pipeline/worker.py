@@ -43,6 +43,8 @@ def now_ms() -> int:
 class StageWorker(ABC):
     stage = "stage"
     input_stage = "jobs"
+    # Records whose handlers run at once (ConsumeLoop.max_concurrent): 1 keeps them in order.
+    max_concurrent_records = 1
 
     def __init__(self, config: PipelineConfig):
         if not config.kafka or not config.redis:
@@ -173,6 +175,7 @@ class StageWorker(ABC):
                 handler=self.handle,
                 on_poison=self.on_poison,
                 should_pause=self.should_pause,
+                max_concurrent=self.max_concurrent_records,
             )
             await retry_transient("starting the consumer", self.loop.start)
             if install_signals:

@@ -96,8 +96,12 @@ class DecodeWorker(EngineStageWorker):
         if (sync_redis := getattr(self, "sync_redis", None)) is not None:
             sync_redis.close()
         if (stream := getattr(self, "verdict_stream", None)) is not None:
+            # Bounded: a bench's shutdown once hung in this teardown, right after the verdict
+            # reader's blocking XREAD on this client was cancelled (the likely wait), and the
+            # engine's totals after it were never logged.
             with contextlib.suppress(Exception):
-                await self.redis.delete(stream)
+                async with asyncio.timeout(2.0):
+                    await self.redis.delete(stream)
         await super().teardown()
 
     async def report_metrics(self) -> None:
@@ -422,9 +426,10 @@ class DecodeWorker(EngineStageWorker):
             await self.state.ack_kv(owner, handle)
         # Events stream without waiting for their acks, but a job's Result waits until every
         # event published before it is acknowledged.
-        for e in events:
-            fut = await self.producer.send_later(self.topics.events, schema.encode(e), e.id)
-            self._unacked.append(fut)
+        if events:  # a batch per partition: a step's events cost little of the GIL
+            self._unacked += await self.producer.send_batch_later(
+                self.topics.events, [(e.id, schema.encode(e)) for e in events]
+            )
         if results and self._unacked:
             await asyncio.gather(*self._unacked)
             self._unacked.clear()

@@ -31,6 +31,10 @@ from pipeline.worker import StageWorker, now_ms
 class IngestWorker(StageWorker):
     stage = "ingest"
     input_stage = "jobs"
+    # A job's handling is a chain of round trips (Redis admit, cache and routing lookups, an
+    # acknowledged publish): one at a time, a burst of jobs trickled into prefill at the
+    # latency of that chain. Duplicates stay safe: admission is one SET NX.
+    max_concurrent_records = 32
 
     async def setup(self) -> None:
         path = resolve_model(self.config.model)

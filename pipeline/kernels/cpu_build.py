@@ -1,9 +1,10 @@
 """Builds the C kernels in csrc/ at first use and loads them with ctypes.
 
-No torch headers and no build step at install: a kernel is one C file that gcc compiles in
-well under a second into a shared library, cached under $STEPWISE_KERNELS_DIR (default
-~/.cache/stepwise/kernels) by a hash of its sources, flags, compiler and this CPU's feature
-flags (`-march=native` code from one CPU may not run on another that reuses the cache).
+No torch headers and no build step at install: a kernel is one C file that gcc compiles (and
+then links, without -ffast-math: see LINK_FLAGS) in well under a second into a shared library,
+cached under $STEPWISE_KERNELS_DIR (default ~/.cache/stepwise/kernels) by a hash of its
+sources, flags, compiler and this CPU's feature flags (`-march=native` code from one CPU may
+not run on another that reuses the cache).
 Where no compiler is found or the build fails, `load` returns None once, logs why, and the
 callers keep their torch references.
 """
@@ -24,16 +25,20 @@ log = logging.getLogger(__name__)
 
 CSRC = Path(__file__).with_name("csrc")
 DEFAULT_DIR = Path("~/.cache/stepwise/kernels")
-FLAGS = (
+FLAGS = (  # compiling
     "-O3",
     "-march=native",
     "-ffast-math",
     "-fno-strict-aliasing",
     "-fopenmp",
     "-fPIC",
-    "-shared",
     "-Wall",
 )
+# Linking is a step of its own, without -ffast-math: gcc links crtfastmath.o into anything it
+# links with that flag, and its constructor sets flush-to-zero / denormals-are-zero in the
+# thread that loads the library: the whole process's floats then lose their subnormals (seen:
+# msgspec's `gt=0.0` check let 0.0 through, hypothesis refused to draw floats).
+LINK_FLAGS = ("-shared", "-fopenmp")
 BUILD_TIMEOUT_S = 120
 
 
@@ -65,7 +70,7 @@ def _build_key(name: str, cc: str) -> str:
     for src in sorted(CSRC.iterdir()):  # every source: headers are shared between kernels
         h.update(src.name.encode())
         h.update(src.read_bytes())
-    h.update(" ".join((cc, *FLAGS, *extra_flags(), _cpu_flags())).encode())
+    h.update(" ".join((cc, *FLAGS, *extra_flags(), *LINK_FLAGS, _cpu_flags())).encode())
     return h.hexdigest()[:16]
 
 
@@ -81,18 +86,22 @@ def build(name: str) -> Path:
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    # Compile to a temporary name, then rename: workers starting together may build at once.
+    # Build under temporary names, then rename: workers starting together may build at once.
     fd, tmp = tempfile.mkstemp(dir=out.parent, suffix=".so.tmp")
     os.close(fd)
+    obj = tmp + ".o"
     try:
-        cmd = [cc, *FLAGS, *extra_flags(), "-o", tmp, str(CSRC / f"{name}.c"), "-lm"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
-        if proc.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr.strip()}")
+        compile_cmd = [cc, *FLAGS, *extra_flags(), "-c", "-o", obj, str(CSRC / f"{name}.c")]
+        link_cmd = [cc, *LINK_FLAGS, "-o", tmp, obj, "-lm"]
+        for cmd in (compile_cmd, link_cmd):
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+            if proc.returncode != 0:
+                raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr.strip()}")
         os.replace(tmp, out)
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        for path in (tmp, obj):
+            if os.path.exists(path):
+                os.unlink(path)
     return out
 
 

@@ -10,7 +10,7 @@ from pipeline.engine.kv_cache import KVCache
 from pipeline.engine.model import CausalLM
 from pipeline.engine.sampler import Sampler, position_uniform
 from pipeline.engine.scheduler import ScheduledSequence
-from pipeline.kernels.paged_attention import pads_to_group_width, runs_prefill_rows
+from pipeline.kernels.paged_attention import decode_impl, pads_to_group_width, runs_prefill_rows
 
 # Decode rows are split into at most this many groups of similar context length, each at least
 # MIN_DECODE_GROUP rows: fewer padded slots to gather, at a few extra ops per layer.
@@ -66,10 +66,10 @@ class ModelRunner:
             tables.append(seq.block_table)
             ctx_lens.append(pos + 1)
         meta = AttentionMetadata(slot_mapping=None, num_decode=len(decodes))  # type: ignore[arg-type]
-        dtype = self.kv_cache.kv.dtype
+        impl = decode_impl(self.kv_cache.kv[:0])  # the decode attention this step runs
         # The C kernel: every prefill token is one more row (its own context length), and all
         # rows go in one call per layer.
-        prefill_rows = bool(prefills) and runs_prefill_rows(self.device, dtype)
+        prefill_rows = bool(prefills) and runs_prefill_rows(impl)
         if prefill_rows:
             for s in prefills:
                 start, table = s.seq.num_computed_tokens, s.seq.block_table
@@ -77,7 +77,7 @@ class ModelRunner:
                 ctx_lens.extend(range(start + 1, start + s.num_new_tokens + 1))
         n = len(tables)
         num_groups = min(DECODE_GROUPS, -(-n // MIN_DECODE_GROUP))
-        if num_groups > 1 and not pads_to_group_width(self.device, dtype):
+        if num_groups > 1 and not pads_to_group_width(impl):
             num_groups = 1  # the kernel reads only each row's own blocks: one call per layer
         for g in range(num_groups):
             lo, hi = g * n // num_groups, (g + 1) * n // num_groups

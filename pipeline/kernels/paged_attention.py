@@ -59,27 +59,29 @@ def paged_decode_attention_torch(
     return torch.matmul(probs, v).transpose(0, 1).reshape(b, h, d)
 
 
-def runs_prefill_rows(device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether prefill tokens go through the decode kernel here, each as a row with its own
-    context length (its causal prefix; the chunk's K/V is stored before attention runs): the C
-    kernel reads the paged cache in place, where torch's SDPA over one chunk at a time was
-    slower for these lengths and needed a gather for chunks with cached context."""
-    probe = torch.empty(0, dtype=dtype, device=device)
-    return (
-        not dispatch.use_triton(probe)
-        and dispatch.use_cpu_kernel(probe)
-        and paged_attention_cpu.is_supported(probe)
-    )
+def decode_impl(t: torch.Tensor) -> str:
+    """Which decode attention runs for tensors like `t`: "triton" (CUDA, or forced), "c" (CPU,
+    built) or "torch" (the reference)."""
+    if dispatch.use_triton(t):
+        return "triton"
+    if dispatch.use_cpu_kernel(t) and paged_attention_cpu.is_supported(t):
+        return "c"
+    return "torch"
 
 
-def pads_to_group_width(device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether decode attention here reads whole padded tables (the torch reference's gather),
-    so that splitting a batch into groups of similar context length saves work; the C and
-    Triton kernels read each row's own blocks only."""
-    probe = torch.empty(0, dtype=dtype, device=device)
-    if dispatch.use_triton(probe):
-        return False
-    return not (dispatch.use_cpu_kernel(probe) and paged_attention_cpu.is_supported(probe))
+def runs_prefill_rows(impl: str) -> bool:
+    """Whether prefill tokens go through the decode kernel, each as a row with its own context
+    length (its causal prefix; the chunk's K/V is stored before attention runs): the C kernel
+    reads the paged cache in place, where torch's SDPA over one chunk at a time was slower for
+    these lengths and needed a gather for chunks with cached context."""
+    return impl == "c"
+
+
+def pads_to_group_width(impl: str) -> bool:
+    """Whether decode attention reads whole padded tables (the torch reference's gather), so
+    that splitting a batch into groups of similar context length saves work; the C and Triton
+    kernels read each row's own blocks only."""
+    return impl == "torch"
 
 
 def paged_decode_attention(
@@ -93,9 +95,10 @@ def paged_decode_attention(
 ) -> torch.Tensor:
     """Dispatches to Triton on CUDA (or when forced), to the C kernel on CPU, else to the
     torch reference."""
-    if dispatch.use_triton(q):
+    impl = decode_impl(q)
+    if impl == "triton":
         fn = dispatch.triton_module("paged_attention").paged_decode_attention_triton
-    elif dispatch.use_cpu_kernel(q) and paged_attention_cpu.is_supported(q):
+    elif impl == "c":
         fn = paged_attention_cpu.paged_decode_attention_cpu
     else:
         fn = paged_decode_attention_torch

@@ -129,11 +129,13 @@ def test_dispatch_picks_the_c_kernel_on_cpu_unless_torch_is_forced(monkeypatch):
     )
     paged_attention.paged_decode_attention(q, k, v, tables, ctx, 0.5)
     assert calls == [1]
-    assert not paged_attention.pads_to_group_width(torch.device("cpu"), torch.float32)
+    assert paged_attention.decode_impl(q) == "c"
+    assert not paged_attention.pads_to_group_width(paged_attention.decode_impl(q))
     monkeypatch.setenv(dispatch.ENV, "torch")
     out = paged_attention.paged_decode_attention(q, k, v, tables, ctx, 0.5)
     assert calls == [1]
-    assert paged_attention.pads_to_group_width(torch.device("cpu"), torch.float32)
+    assert paged_attention.decode_impl(q) == "torch"
+    assert paged_attention.pads_to_group_width(paged_attention.decode_impl(q))
     assert_close(out, reference(q, k, v, tables, ctx, 0.5), torch.float32)
     # fp16 has no C version: the reference serves it.
     assert not paged_attention_cpu.is_supported(q.half())

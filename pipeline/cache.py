@@ -269,8 +269,8 @@ class Cache:
         h = digest(level, scope_name, scope.ids(scope_name), content)
         return f"{self.config.key_prefix}cache:v{KEY_VERSION}:{level}:{scope_name}:{h}"
 
-    def _count(self, name: str) -> None:
-        setattr(self.stats, name, getattr(self.stats, name) + 1)
+    def _count(self, name: str, n: int = 1) -> None:
+        setattr(self.stats, name, getattr(self.stats, name) + n)
 
     async def _get(self, level: str, scope: Scope, content: str) -> bytes | None:
         keys = [self.key(level, s, scope, content) for s in SCOPES]
@@ -379,17 +379,26 @@ class Cache:
 
         Each block hash keys a sorted set of owners scored by their expiry (wall-clock ms), so
         several workers may hold one prefix and each claim lapses on its own."""
-        if not hashes:
+        await self.publish_prefixes([(tenant, model, hashes)], worker_id)
+
+    async def publish_prefixes(
+        self, claims: Sequence[tuple[str, str, Sequence[int]]], worker_id: str
+    ) -> None:
+        """`publish_prefix` for several prompts' (tenant, model, hashes) in one round trip (a
+        prefill batch's)."""
+        claims = [c for c in claims if c[2]]
+        if not claims:
             return
         ttl_ms = max(1, int(self.config.prefix_ttl_s * 1000))
         now_ms = int(time.time() * 1000)
         async with self.redis.pipeline(transaction=False) as p:
-            for h in hashes:
-                k = self._prefix_key(tenant, model, h)
-                p.zadd(k, {worker_id: now_ms + ttl_ms}).zremrangebyscore(k, "-inf", now_ms)
-                p.pexpire(k, ttl_ms)
+            for tenant, model, hashes in claims:
+                for h in hashes:
+                    k = self._prefix_key(tenant, model, h)
+                    p.zadd(k, {worker_id: now_ms + ttl_ms}).zremrangebyscore(k, "-inf", now_ms)
+                    p.pexpire(k, ttl_ms)
             await p.execute()
-        self._count("prefix_puts")
+        self._count("prefix_puts", len(claims))
 
     async def warm_worker(self, tenant: str, model: str, hashes: Sequence[int]) -> str | None:
         """The live worker holding the longest cached prefix of `hashes` (the latest claim

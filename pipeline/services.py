@@ -52,7 +52,7 @@ import sys
 import tempfile
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from pipeline.errors import StepwiseError
@@ -119,10 +119,24 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
+def child_setup(nice: int = 0, die_with_parent: bool = True) -> Callable[[], None]:
+    """A `preexec_fn`: the child dies with its parent (if asked), and runs `nice` steps below
+    it (a process that shares the machine's cores with the engine workers: see `Stack`)."""
+
+    def setup() -> None:
+        if die_with_parent:
+            _die_with_parent()
+        if nice:
+            os.nice(nice)
+
+    return setup
+
+
 class EmbeddedService(ABC):
     """A child process on a local port: start, wait until it answers, stop (TERM, then KILL)."""
 
     name = "service"
+    nice = 0  # niceness relative to its parent (LocalServices sets it)
 
     def __init__(self, port: int | None = None, *, log_dir: str | Path | None = None) -> None:
         self._fixed_port = port
@@ -169,7 +183,7 @@ class EmbeddedService(ABC):
                 # Own process group: a terminal's Ctrl-C reaches only us, and we stop the
                 # services last, after the workers that use them have drained.
                 process_group=0,
-                preexec_fn=_die_with_parent,
+                preexec_fn=child_setup(self.nice),
             )
 
     def _wait_ready(self, timeout: float) -> bool:
@@ -395,10 +409,14 @@ class LocalServices:
         redis_port: int | None = None,
         log_dir: str | Path | None = None,
         env: Mapping[str, str] | None = None,
+        nice: int = 0,
     ) -> None:
+        """`nice`: how many steps below this process the embedded services run."""
         self._env_kafka, self._env_redis = services_from_env(env)
         self.kafka = None if self._env_kafka else EmbeddedKafka(kafka_port, log_dir=log_dir)
         self.redis = None if self._env_redis else EmbeddedRedis(redis_port, log_dir=log_dir)
+        for svc in self.embedded:
+            svc.nice = nice
 
     @property
     def bootstrap_servers(self) -> str:

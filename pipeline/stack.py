@@ -10,19 +10,35 @@ import time
 from pathlib import Path
 
 from pipeline.config import PipelineConfig
-from pipeline.services import LocalServices, create_topics
+from pipeline.services import LocalServices, child_setup, create_topics
 from pipeline.topics import Topics
 
 WORKERS = ("ingest", "prefill", "decode", "verify", "budget", "gateway")
+# The processes that run no model and no checks: on one machine they share its cores with the
+# engine workers, and at saturation they took a core's turns from decode's engine thread (a
+# thread waiting for a core is a step not run). They run `service_nice` steps lower: when the
+# cores are free that changes nothing; when they are not, the model comes first.
+NICED = ("kafka", "redis", "ingest", "budget", "gateway")
 
 
 class Stack:
     """Services (embedded unless named by env) + topics + one process per worker."""
 
-    def __init__(self, config: PipelineConfig, workers: tuple[str, ...] = WORKERS, log_dir=None):
+    def __init__(
+        self,
+        config: PipelineConfig,
+        workers: tuple[str, ...] = WORKERS,
+        log_dir=None,
+        service_nice: int | None = None,
+    ):
+        """`service_nice`: niceness of the NICED processes over this one's
+        (default STEPWISE_SERVICE_NICE, else 10; 0 runs everything alike)."""
         self.config = config
         self.workers = workers
-        self.services = LocalServices(log_dir=log_dir)
+        if service_nice is None:
+            service_nice = int(os.environ.get("STEPWISE_SERVICE_NICE") or 10)
+        self.service_nice = max(0, service_nice)
+        self.services = LocalServices(log_dir=log_dir, nice=self.service_nice)
         self.procs: dict[str, subprocess.Popen] = {}
         self.log_dir = Path(log_dir) if log_dir else None
         self.gateway_port = int(os.environ.get("STEPWISE_GATEWAY_PORT") or 8000)
@@ -75,6 +91,8 @@ class Stack:
             env=self.env,
             stdout=out,
             stderr=subprocess.STDOUT if out else None,
+            # Not tied to our life (as the services are): a worker drains on its own SIGTERM.
+            preexec_fn=child_setup(self.service_nice if name in NICED else 0, False),
         )
         self.procs[name] = proc
         return proc
@@ -85,6 +103,10 @@ class Stack:
             lines.append(f"engine   vllm at {self.config.vllm_url}")
         where = f", log {self.log_dir}/<name>.log" if self.log_dir else ""
         lines += [f"worker {n:<8} pid {p.pid}{where}" for n, p in self.procs.items()]
+        if self.service_nice:
+            names = [s.name for s in self.services.embedded] + [n for n in NICED if n in self.procs]
+            niced = ", ".join(names)
+            lines.append(f"nice +{self.service_nice}: {niced} (STEPWISE_SERVICE_NICE=0: off)")
         if "gateway" in self.procs:
             lines.append(f"gateway at http://127.0.0.1:{self.gateway_port} (OpenAI API: /v1)")
         return lines

@@ -220,11 +220,24 @@ class StageWorker(ABC):
         await asyncio.sleep(self.config.drain_timeout_s + 10)
         lines = [f"{self.worker_id}: still stopping; where it waits:"]
         for task in asyncio.all_tasks():
-            for frame in task.get_stack(limit=8):
-                where = f"{frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}"
+            for where in awaiting(task):
                 lines.append(f"  {task.get_name()}: {where}")
         log.warning("\n".join(lines))
         faulthandler.dump_traceback(all_threads=True)  # the threads (the engine's), to stderr
+
+
+def awaiting(task: asyncio.Task, limit: int = 12) -> list[str]:
+    """Where a task waits: its coroutine and every coroutine it awaits, outermost first
+    (`Task.get_stack` stops at the outermost, which says little: `serve`, `run`)."""
+    found = []
+    coro = task.get_coro()
+    while coro is not None and len(found) < limit:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is not None:
+            code = frame.f_code
+            found.append(f"{code.co_filename}:{frame.f_lineno} {code.co_name}")
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return found
 
 
 class EngineStageWorker(StageWorker):

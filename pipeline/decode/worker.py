@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -72,25 +73,36 @@ class DecodeWorker(EngineStageWorker):
         # The engine thread looks cached steps up itself, at step boundaries (a blocking GET
         # with a short timeout: a slow Redis only means the step is generated instead).
         self.sync_redis = SyncRedis.from_url(self.config.redis, socket_timeout=0.05)
-        self.inbox: asyncio.Queue[tuple[schema.Handoff, Ack]] = asyncio.Queue()
+        # Handoffs from the event loop to the engine thread, and Ticks back: the engine thread
+        # runs its own loop (vLLM's engine core does too). Driven one tick at a time from the
+        # event loop, each step waited for that loop to get round to it: 0.9 ms a tick.
+        self.inbox: deque[tuple[schema.Handoff, Ack]] = deque()
         self.runs: dict[str, tuple[JobRun, Ack]] = {}  # touched by the engine thread only
         self.active: set[str] = set()  # ids queued or running (event loop only)
         self.num_reprefills = 0
         self._unacked: list[asyncio.Future] = []  # event sends not yet acknowledged
-        self.outbox: asyncio.Queue[Tick] = asyncio.Queue(maxsize=64)
+        self.outbox: asyncio.Queue[Tick] = asyncio.Queue()
+        self.ticks: deque[Tick] = deque()  # engine thread -> event loop (`_take_ticks`)
+        self._ticks_called = False  # a `_take_ticks` is scheduled on the event loop
+        # At most 64 Ticks made and not yet published: the engine waits on a slow broker.
+        self.unpublished = threading.BoundedSemaphore(64)
+        self.work = threading.Event()  # a handoff or a verdict for the engine thread
+        self.halt = threading.Event()  # the engine thread's loop ends (teardown)
         self.verdict_stream = f"{self.config.topic_prefix}verdicts:{self.worker_id}"
         self.verdicts: deque[schema.VerdictMessage] = deque()  # event loop -> engine thread
-        self.verdict_arrived = asyncio.Event()
         # Celery's producer does blocking I/O: it gets a thread of its own.
         self.celery = tasks.make_app(self.config.redis)
         self.sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode-verify")
-        self._tasks.append(asyncio.create_task(self._decode_loop()))
+        self.event_loop = asyncio.get_running_loop()
+        self._tasks.append(asyncio.ensure_future(self.in_engine(self._engine_loop)))
         self._tasks.append(asyncio.create_task(self._publish_loop()))
         self._tasks.append(asyncio.create_task(self._verdict_loop()))
 
     async def teardown(self) -> None:
         # setup() may have failed part-way (the engine, say): release only what it took, so
         # the original error is what the operator sees, not an AttributeError from here.
+        if (halt := getattr(self, "halt", None)) is not None:
+            halt.set()  # the engine thread's loop ends; the executor's shutdown waits for it
         if (sender := getattr(self, "sender", None)) is not None:
             sender.shutdown(wait=False, cancel_futures=True)
         if (sync_redis := getattr(self, "sync_redis", None)) is not None:
@@ -115,7 +127,7 @@ class DecodeWorker(EngineStageWorker):
         # A few handoffs past the running batch wait in the engine's queue, KV imported: a
         # sequence that finishes is replaced in the next step, not after a fetch round trip.
         prefetch = max(4, self.config.max_decode_seqs // 4)
-        busy = len(self.runs) + self.inbox.qsize() >= self.config.max_decode_seqs + prefetch
+        busy = len(self.runs) + len(self.inbox) >= self.config.max_decode_seqs + prefetch
         used, total = self.engine.kv_usage()
         return busy or (total > 0 and used > 0.9 * total)
 
@@ -125,7 +137,8 @@ class DecodeWorker(EngineStageWorker):
             ack()  # running here already, or its Result is out (a redelivery)
             return
         self.active.add(handoff.id)
-        await self.inbox.put((handoff, ack))
+        self.inbox.append((handoff, ack))
+        self.work.set()
 
     # -- the engine thread ------------------------------------------------------------------
 
@@ -349,37 +362,54 @@ class DecodeWorker(EngineStageWorker):
         for req in checks:
             tasks.send(req, self.celery)
 
-    # -- the event loop ---------------------------------------------------------------------
+    def _engine_loop(self) -> None:
+        """The engine thread's loop, until teardown: start the handoffs that came in, run a
+        tick, hand it to the event loop; sleep while there is nothing to run."""
+        try:
+            self._run_engine_loop()
+        except BaseException:  # nothing else would say so: the loop's future is awaited late
+            log.exception("decode's engine loop died")
+            raise
 
-    async def _decode_loop(self) -> None:
-        while True:
+    def _run_engine_loop(self) -> None:
+        while not self.halt.is_set():
             new = []
-            while not self.inbox.empty():
-                new.append(self.inbox.get_nowait())
-            if not new and not self.runs:
-                try:
-                    async with asyncio.timeout(0.1):  # not wait_for: see prefill's loop
-                        new.append(await self.inbox.get())
-                except TimeoutError:
-                    continue
-            elif not new and not self.verdicts and not self.engine.has_schedulable:
-                # Every sequence waits for a verdict: sleep until one arrives (or time passes,
-                # so verdict timeouts fire).
-                self.verdict_arrived.clear()
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(0.05):
-                        await self.verdict_arrived.wait()
+            while self.inbox:
+                new.append(self.inbox.popleft())
+            if not new and not self.verdicts and not (self.runs and self.engine.has_schedulable):
+                # Idle, or every sequence waits for a verdict: until a handoff or a verdict
+                # comes (or time passes, so verdict timeouts fire).
+                self.work.wait(0.05 if self.runs else 0.1)
+                self.work.clear()
+                if not self.runs or self.inbox or self.verdicts:
+                    continue  # to take what came; with none, only waiting runs tick on
+            while not self.unpublished.acquire(timeout=0.1):
+                if self.halt.is_set():
+                    return
             try:
-                tick = await self.in_engine(self._tick, new)
+                tick = self._tick(new)
             except Exception:  # keep serving; unacked jobs are redelivered if we die later
                 log.exception("decode tick failed")
-                await asyncio.sleep(0.5)
+                self.unpublished.release()
+                self.halt.wait(0.5)
                 continue
-            if tick[1]:  # jobs finished: room for more handoffs
-                self.wake_consumer()
-            # Publishing happens beside the engine, not between its steps: the next step starts
-            # while this one's events and Results wait for the broker.
-            await self.outbox.put(tick)
+            self.ticks.append(tick)
+            if not self._ticks_called:  # one wake-up of the event loop for a run of ticks
+                self._ticks_called = True
+                self.event_loop.call_soon_threadsafe(self._take_ticks)
+
+    # -- the event loop ---------------------------------------------------------------------
+
+    def _take_ticks(self) -> None:
+        """Event loop: the engine thread's Ticks to the publisher."""
+        self._ticks_called = False  # first: a Tick appended after this schedules another call
+        finished = False
+        while self.ticks:
+            tick = self.ticks.popleft()
+            finished = finished or bool(tick[1])
+            self.outbox.put_nowait(tick)
+        if finished:  # jobs finished: room for more handoffs
+            self.wake_consumer()
 
     async def _publish_loop(self) -> None:
         while True:
@@ -388,6 +418,7 @@ class DecodeWorker(EngineStageWorker):
             while True:
                 try:
                     await self._publish_tick(tick)
+                    self.unpublished.release()
                     break
                 except Exception:  # broker trouble: retry (a repeated event is harmless)
                     log.exception("publishing failed; retrying in %.1fs", delay)
@@ -412,7 +443,7 @@ class DecodeWorker(EngineStageWorker):
                     except (KeyError, schema.SchemaError) as e:
                         log.warning("ignoring a bad verdict %s: %s", entry_id, e)
             if got:
-                self.verdict_arrived.set()
+                self.work.set()
 
     async def _publish_tick(self, tick: Tick) -> None:
         events, results, kv_acks, checks, puts = tick

@@ -239,6 +239,19 @@ async def test_prefix_routes_to_the_longest_live_prefix(aredis_client, short):
     assert await cache.warm_worker("acme", "tiny", []) is None
 
 
+async def test_a_prefill_batch_claims_all_its_prefixes_in_one_call(aredis_client, short):
+    cache = Cache(aredis_client, short)
+    claims = [("acme", "tiny", [201, 202]), ("acme", "tiny", []), ("beta", "tiny", [301])]
+    await cache.publish_prefixes(claims, "w-batch")
+    await cache.mark_alive("w-batch")
+    assert await cache.warm_worker("acme", "tiny", [201, 202]) == "w-batch"
+    assert await cache.warm_worker("beta", "tiny", [301]) == "w-batch"
+    assert await cache.warm_worker("acme", "tiny", [301]) is None  # beta's block, not acme's
+    assert cache.stats.prefix_puts == 2  # the prompt with no whole block claims nothing
+    await cache.publish_prefixes([], "w-batch")  # nothing to claim: no round trip, no error
+    assert cache.stats.prefix_puts == 2
+
+
 async def test_a_heartbeat_that_is_not_refreshed_expires(aredis_client, short):
     cache = Cache(aredis_client, short)
     await cache.publish_prefix("acme", "tiny", [1, 2], "w1")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import socket
 import time
@@ -35,6 +36,14 @@ def test_stack_runs_a_job_and_stops_its_workers_cleanly(
         assert sorted(stack.procs) == [
             "budget", "decode", "gateway", "ingest", "prefill", "verify"
         ]  # fmt: skip
+        # The workers that run no model sit service_nice (default 10) below the engine ones.
+        nice = {name: os.getpriority(os.PRIO_PROCESS, p.pid) for name, p in stack.procs.items()}
+        base = os.getpriority(os.PRIO_PROCESS, 0)
+        assert stack.service_nice == 10
+        for name in ("ingest", "budget", "gateway"):
+            assert nice[name] == min(19, base + 10), nice
+        for name in ("prefill", "decode", "verify"):
+            assert nice[name] == base, nice
         job = schema.Job(id="stack-1", prompt="What is 4 + 5?", params=schema.JobParams(seed=1))
 
         async def run() -> schema.Result:

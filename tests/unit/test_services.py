@@ -33,6 +33,28 @@ def test_local_services_embeds_only_what_env_leaves_unset() -> None:
     only_redis.stop()  # nothing was started: a no-op
 
 
+def test_local_services_run_their_embedded_services_niced() -> None:
+    local = services.LocalServices(env={"STEPWISE_KAFKA": "k:1"}, nice=7)
+    assert [s.nice for s in local.embedded] == [7]  # Redis only: Kafka came from env
+    assert services.LocalServices(env={}).redis.nice == 0
+
+
+def test_child_setup_lowers_the_child_by_its_niceness() -> None:
+    import os
+    import subprocess
+    import sys
+
+    code = "import os; print(os.getpriority(os.PRIO_PROCESS, 0))"
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    for nice, want in ((0, base), (5, min(19, base + 5))):
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            preexec_fn=services.child_setup(nice, die_with_parent=False),
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        assert int(out.stdout) == want
+
+
 def test_free_port_is_bindable() -> None:
     port = services.free_port()
     with socket.socket() as s:

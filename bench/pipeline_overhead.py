@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import ast
 import asyncio
+import gc
 import json
 import os
 import statistics
@@ -40,7 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline import schema  # noqa: E402
+from pipeline import gcstats, schema  # noqa: E402
 from pipeline.bus import BusConfig  # noqa: E402
 from pipeline.client import StepwiseClient  # noqa: E402
 from pipeline.config import EngineConfig, PipelineConfig  # noqa: E402
@@ -78,6 +79,10 @@ def engine_only(model: str, problems, threads: int, order: list[int] | None = No
     torch.set_num_threads(threads)
     engine = Engine(EngineConfig(model=str(resolve_model(model)), dtype="float32"))
     engine.generate(["Q: 1 + 1\n"], SamplingParams(temperature=0, max_tokens=8))  # warm-up
+    # As every worker does after its setup: what start-up made is out of the collector's
+    # sight, so neither side pays a full collection over the model (pipeline/gcstats.py).
+    gcstats.freeze()
+    gc_stats = gcstats.GCStats().install()
     before = engine.stats.as_dict()
     t0 = time.perf_counter()
     done: dict[str, float] = {}
@@ -95,6 +100,9 @@ def engine_only(model: str, problems, threads: int, order: list[int] | None = No
     summary = summarize(time.perf_counter() - t0, tokens, list(done.values()))
     after = engine.stats.as_dict()
     summary["engine"] = {k: after[k] - before[k] for k in after}
+    gc_stats.uninstall()
+    gc.unfreeze()  # a second engine-only run freezes its own start-up
+    summary["gc"] = gc_stats.as_dict()
     return summary
 
 
@@ -121,13 +129,14 @@ def stack_pids(stack: Stack) -> dict[str, int]:
     return pids
 
 
-def worker_engine_stats(log_dir: str) -> dict[str, dict]:
-    """The totals each engine worker logs when it stops ({stage: stats}), from the stack's logs."""
+def worker_stats(log_dir: str, what: str = "engine") -> dict[str, dict]:
+    """The totals each worker logs when it stops ({stage: stats}; `what`: "engine" for the
+    engine workers' model time, "gc" for every worker's collector pauses), from its log."""
     found = {}
     for path in Path(log_dir).glob("*.log"):
         for line in path.read_text(errors="replace").splitlines():
-            if " engine: {" in line:
-                found[path.stem] = ast.literal_eval(line.split(" engine: ", 1)[1])
+            if f" {what}: {{" in line:
+                found[path.stem] = ast.literal_eval(line.split(f" {what}: ", 1)[1])
     return found
 
 
@@ -284,7 +293,8 @@ def main() -> None:
         )
         hop = asyncio.run(hop_latency(kafka, args.hops))
     # After the stack stopped: each engine worker logs its totals (warm-up job included).
-    workers_engine = worker_engine_stats(log_dir)
+    workers_engine = worker_stats(log_dir)
+    workers_gc = worker_stats(log_dir, "gc")
     ho = handoff(args.threads)
 
     # The same jobs again in-process, admitted in the order decode admitted them: how many
@@ -308,6 +318,12 @@ def main() -> None:
         print(engine_line(stage, st))
     busy = ", ".join(f"{k} {v:.2f}" for k, v in sorted(pipe["cores"].items(), key=lambda x: -x[1]))
     print(f"cores busy during the pipeline run: {busy} (of {os.cpu_count()})")
+    pauses = [("engine-only", eng["gc"]), ("  same order", eng_same["gc"])]
+    pauses += sorted(workers_gc.items())
+    print(
+        "full collections (gen 2), whole life for the workers: "
+        + ", ".join(f"{name.strip()} {g['gen2_count']} ({g['gen2_s']:.3f} s)" for name, g in pauses)
+    )
     print(f"pipeline / engine throughput: {ratio:.2f}  (target >= 0.85)")
     print(f"pipeline / engine throughput, same admission order: {ratio_same:.2f}")
     print(f"Kafka hop p50 {hop['p50_ms']:.2f} ms, p95 {hop['p95_ms']:.2f} ms  (target p50 < 5)")
@@ -337,6 +353,10 @@ def main() -> None:
                     k: round(v["forward_s"], 2) for k, v in sorted(workers_engine.items())
                 },
                 "pipeline_cores_busy": {k: round(v, 2) for k, v in pipe["cores"].items()},
+                "gc_gen2_s": {
+                    "engine": eng["gc"]["gen2_s"],
+                    **{k: v["gen2_s"] for k, v in sorted(workers_gc.items())},
+                },
                 "load_avg_start": round(load0, 2),
                 "load_avg_end": round(os.getloadavg()[0], 2),
             }

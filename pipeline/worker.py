@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from aiokafka import ConsumerRecord
 from redis.asyncio import Redis
 
-from pipeline import schema, services, telemetry
+from pipeline import gcstats, schema, services, telemetry
 from pipeline.budget import BudgetReader
 from pipeline.bus import Ack, BusConfig, ConsumeLoop, Producer, retry_transient
 from pipeline.config import EngineConfig, PipelineConfig
@@ -168,6 +168,12 @@ class StageWorker(ABC):
             except BaseException:
                 log.exception("%s could not start", self.worker_id)
                 raise
+            # What setup loaded (model, tokenizer, clients) lives as long as the worker: out
+            # of the collector's sight, so a full collection no longer walks it (gcstats.py).
+            if os.environ.get("STEPWISE_GC_FREEZE", "1") != "0":
+                frozen = gcstats.freeze()
+                log.info("%s: %d objects frozen out of the collector", self.worker_id, frozen)
+            self.gc_stats = gcstats.GCStats().install()
             self.loop = ConsumeLoop(
                 self.bus_config,
                 [self.topics.name(self.input_stage)],
@@ -212,6 +218,9 @@ class StageWorker(ABC):
             await self.redis.aclose()
             if watchdog is not None:
                 watchdog.cancel()
+            if (gc_stats := getattr(self, "gc_stats", None)) is not None:
+                gc_stats.uninstall()
+                log.info("%s gc: %s", self.worker_id, gc_stats.as_dict())
             log.info("%s stopped", self.worker_id)
 
     async def _shutdown_watchdog(self) -> None:

@@ -81,3 +81,7 @@ def test_stack_runs_a_job_and_stops_its_workers_cleanly(
     # uvicorn shuts down gracefully, then re-raises SIGTERM so its exit status says why.
     assert codes.pop("gateway") in (0, -signal.SIGTERM) and "shutdown complete" in logs
     assert set(codes.values()) == {0}, (codes, logs)  # SIGTERM drained them
+    # Each Kafka stage froze its start-up out of the collector and logged its pauses.
+    for name in ("ingest", "prefill", "decode", "budget"):
+        log = (tmp_path / f"{name}.log").read_text(errors="replace")
+        assert "objects frozen out of the collector" in log and " gc: {'gen0_count'" in log, name

@@ -36,7 +36,12 @@ class Stack:
         self.config = config
         self.workers = workers
         if service_nice is None:
-            service_nice = int(os.environ.get("STEPWISE_SERVICE_NICE") or 10)
+            value = os.environ.get("STEPWISE_SERVICE_NICE") or "10"
+            try:
+                service_nice = int(value)
+            except ValueError:
+                msg = f"STEPWISE_SERVICE_NICE must be an integer, not {value!r}"
+                raise ValueError(msg) from None
         self.service_nice = max(0, service_nice)
         self.services = LocalServices(log_dir=log_dir, nice=self.service_nice)
         self.procs: dict[str, subprocess.Popen] = {}

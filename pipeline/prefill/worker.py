@@ -107,8 +107,9 @@ class PrefillWorker(EngineStageWorker):
 
     @staticmethod
     async def _reap(publishing: set[asyncio.Task], limit: int) -> None:
-        """Wait until at most `limit` batches are still publishing; a batch whose publishing
-        failed fails the loop (the broker is gone: its jobs are redelivered to a new worker)."""
+        """Wait until at most `limit` batches are still publishing (a batch retries its sends
+        until the broker takes them); an error no retry covers fails the loop, as it would have
+        in the loop itself."""
         while publishing and (len(publishing) > limit or any(t.done() for t in publishing)):
             done, _ = await asyncio.wait(publishing, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
@@ -128,10 +129,17 @@ class PrefillWorker(EngineStageWorker):
                 ok.append((p, handoff))
         if not ok:
             return
-        futures = await self.producer.send_batch_later(
-            self.topics.name("handoff"), [(h.id, schema.encode(h)) for _, h in ok]
-        )
-        await asyncio.gather(*futures)
+        records = [(h.id, schema.encode(h)) for _, h in ok]
+        delay = 0.1
+        while True:  # broker trouble: retry, as decode does (decode drops a repeated handoff)
+            try:
+                futures = await self.producer.send_batch_later(self.topics.name("handoff"), records)
+                await asyncio.gather(*futures)
+                break
+            except Exception:
+                log.exception("publishing %d handoffs failed; retrying in %.1fs", len(ok), delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
         for p, _ in ok:
             p.ack()
         size = self.engine.config.block_size

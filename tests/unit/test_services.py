@@ -155,3 +155,20 @@ def test_topics_reject_unknown_stage_and_bad_counts() -> None:
         Topics().name("verify")
     with pytest.raises(ValueError, match="at least 1"):
         Topics().partitions({"jobs": 0})
+
+
+def test_stack_reads_its_service_niceness_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipeline.config import PipelineConfig
+    from pipeline.stack import Stack
+
+    config = PipelineConfig()
+    monkeypatch.delenv("STEPWISE_SERVICE_NICE", raising=False)
+    assert Stack(config).service_nice == 10  # the default
+    assert [s.nice for s in Stack(config).services.embedded] in ([10, 10], [10], [])
+    for value, want in (("0", 0), ("3", 3), ("-5", 0)):  # never above the stack itself
+        monkeypatch.setenv("STEPWISE_SERVICE_NICE", value)
+        assert Stack(config).service_nice == want
+    monkeypatch.setenv("STEPWISE_SERVICE_NICE", "high")
+    with pytest.raises(ValueError, match="STEPWISE_SERVICE_NICE must be an integer"):
+        Stack(config)
+    assert Stack(config, service_nice=2).service_nice == 2  # an argument overrides the env

@@ -94,10 +94,16 @@ class StageWorker(ABC):
         await self.producer.send(self.topics.name(stage), schema.encode(msg), key=key)
 
     async def publish_result(self, result: schema.Result, reply_topic: str | None = None) -> None:
-        data = schema.encode(result)
-        items = [(self.topics.results, result.id, data)]
-        if reply_topic and reply_topic != self.topics.results:
-            items.append((reply_topic, result.id, data))
+        await self.publish_results([(result, reply_topic)])
+
+    async def publish_results(self, results: list[tuple[schema.Result, str | None]]) -> None:
+        """Results (each also to its job's reply topic, if it has one), acknowledged together."""
+        items = []
+        for result, reply_topic in results:
+            data = schema.encode(result)
+            items.append((self.topics.results, result.id, data))
+            if reply_topic and reply_topic != self.topics.results:
+                items.append((reply_topic, result.id, data))
         await self.producer.send_many(items)
 
     async def on_poison(self, record: ConsumerRecord, exc: BaseException) -> None:

@@ -453,8 +453,7 @@ class DecodeWorker(EngineStageWorker):
         if checks:  # first: verification runs while the rest is published
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(self.sender, self._send_checks, checks)
-        for owner, handle in kv_acks:
-            await self.state.ack_kv(owner, handle)
+        await asyncio.gather(*(self.state.ack_kv(owner, handle) for owner, handle in kv_acks))
         # Events stream without waiting for their acks, but a job's Result waits until every
         # event published before it is acknowledged.
         if events:  # a batch per partition: a step's events cost little of the GIL
@@ -466,14 +465,25 @@ class DecodeWorker(EngineStageWorker):
             self._unacked.clear()
         elif len(self._unacked) > 4096:
             self._unacked = [f for f in self._unacked if not f.done()]
-        for result, h, ack in results:
-            # Cache first: whoever sees the Result and asks again must find the answer.
+        if results:
+            await self._deliver(results)
+
+    async def _deliver(self, results: list[tuple[schema.Result, schema.Handoff, Ack]]) -> None:
+        """A tick's Results: answers cached, then Results published, then jobs marked done and
+        their handoffs acked; each step for all of them at once (three round trips a tick,
+        where one at a time took three a Result)."""
+
+        async def cache_answer(result: schema.Result, h: schema.Handoff) -> None:
             if h.cache_key is not None:  # a reproducible job: its answer serves the next one
                 with contextlib.suppress(Exception):  # a cache write never fails a job
                     await self.cache.put_answer(Scope.of(h), h.cache_key, result)
-            await self.publish_result(result, h.reply_topic)
+
+        # Cache first: whoever sees the Result and asks again must find the answer.
+        await asyncio.gather(*(cache_answer(result, h) for result, h, _ in results))
+        await self.publish_results([(result, h.reply_topic) for result, h, _ in results])
+        await asyncio.gather(*(self.state.mark_done(r.id, self.worker_id) for r, _, _ in results))
+        for result, _, ack in results:
             telemetry.observe_result(result)
-            await self.state.mark_done(result.id, self.worker_id)
             self.active.discard(result.id)
             ack()
 

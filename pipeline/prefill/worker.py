@@ -7,7 +7,8 @@ with the `shm` / `cuda_ipc` transports they are copied into a leased buffer inst
 lives until the decode worker acks it or the lease expires. Unlike decode, a prefill export
 must be released: leases are reaped on every loop and released on shutdown, and when they are
 nearly all taken the worker pauses its partitions (or, for a job already taken, hands off
-without KV so decode re-prefills).
+without KV so decode re-prefills). A batch's Handoffs go out together, as one send per
+partition, while the next batch is prefilled; a task's offset is acked once its Handoff is.
 """
 
 from __future__ import annotations

@@ -120,7 +120,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     async def serve() -> None:
         # aiokafka clients must be created inside the running event loop.
-        await worker_cls(PipelineConfig.from_env(**overrides)).run(install_signals=True)
+        worker = worker_cls(PipelineConfig.from_env(**overrides))
+        await worker.run(install_signals=True, freeze_gc=True)
 
     asyncio.run(serve())
     return 0

@@ -159,7 +159,11 @@ class StageWorker(ABC):
                 await self.report_metrics()
             await asyncio.sleep(1.0)
 
-    async def run(self, install_signals: bool = False) -> None:
+    async def run(self, install_signals: bool = False, freeze_gc: bool = False) -> None:
+        """Set up, consume until stopped, drain, tear down. `install_signals`: SIGTERM / SIGINT
+        stop it. `freeze_gc`: this worker owns its process (`stepwise worker`), so what setup
+        made is frozen out of the collector; not for workers sharing a process (tests), where
+        frozen garbage from earlier work would never be collected."""
         self.metrics_port = telemetry.serve_metrics(self.stage, self.config.model)
         watchdog: asyncio.Task | None = None
         await retry_transient("starting the producer", self.producer.start)
@@ -176,7 +180,7 @@ class StageWorker(ABC):
                 raise
             # What setup loaded (model, tokenizer, clients) lives as long as the worker: out
             # of the collector's sight, so a full collection no longer walks it (gcstats.py).
-            if os.environ.get("STEPWISE_GC_FREEZE", "1") != "0":
+            if freeze_gc and os.environ.get("STEPWISE_GC_FREEZE", "1") != "0":
                 frozen = gcstats.freeze()
                 log.info("%s: %d objects frozen out of the collector", self.worker_id, frozen)
             self.gc_stats = gcstats.GCStats().install()

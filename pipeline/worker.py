@@ -65,6 +65,10 @@ class StageWorker(ABC):
         self._stop = asyncio.Event()
         self.ready = asyncio.Event()  # set once it consumes (after setup)
         self._tasks: list[asyncio.Task] = []
+        # Set before the background tasks are cancelled; their loops also check it, so a
+        # cancellation that a library swallows (seen: prefill's loop went on, and its
+        # worker's stop waited on it forever) still ends them within one turn.
+        self.halting = False
 
     # -- for subclasses ---------------------------------------------------------------------
 
@@ -144,7 +148,7 @@ class StageWorker(ABC):
         reader = BudgetReader(self.redis, self.config.topic_prefix, refresh_s=1.0)
 
         async def refresh() -> None:
-            while True:
+            while not self.halting:
                 for slo_class in ("interactive", "batch"):
                     with contextlib.suppress(Exception):  # Redis away: keep the last limits
                         await reader.get(slo_class)
@@ -154,7 +158,7 @@ class StageWorker(ABC):
         return reader
 
     async def _metrics_loop(self) -> None:
-        while True:
+        while not self.halting:
             with contextlib.suppress(Exception):  # metrics never take a worker down
                 await self.report_metrics()
             await asyncio.sleep(1.0)
@@ -215,6 +219,7 @@ class StageWorker(ABC):
                 )
             await self.loop.commit()
         finally:
+            self.halting = True
             for task in self._tasks:
                 task.cancel()
             for task in self._tasks:

@@ -412,10 +412,10 @@ class DecodeWorker(EngineStageWorker):
             self.wake_consumer()
 
     async def _publish_loop(self) -> None:
-        while True:
+        while not self.halting:
             tick = await self.outbox.get()
             delay = 0.1
-            while True:
+            while not self.halting:
                 try:
                     await self._publish_tick(tick)
                     self.unpublished.release()
@@ -428,7 +428,7 @@ class DecodeWorker(EngineStageWorker):
     async def _verdict_loop(self) -> None:
         """Verdicts from verify workers (this worker's stream) -> the engine thread's queue."""
         last = "$"
-        while True:
+        while not self.halting:
             try:
                 got = await self.redis.xread({self.verdict_stream: last}, count=512, block=100)
             except Exception:  # Redis trouble: the verdict timeout keeps jobs moving meanwhile

@@ -80,7 +80,7 @@ class PrefillWorker(EngineStageWorker):
         # A batch's handoffs go out while the next batch is prefilled: published one by one,
         # each waiting for its ack, they kept the engine idle 17-40 ms per batch of 16.
         publishing = self.publishing
-        while True:
+        while not self.halting:
             await self._release_acked()
             try:
                 # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow the cancellation
@@ -138,6 +138,8 @@ class PrefillWorker(EngineStageWorker):
                 await asyncio.gather(*futures)
                 break
             except Exception:
+                if self.halting:
+                    return  # not acked: the tasks are redelivered
                 log.exception("publishing %d handoffs failed; retrying in %.1fs", len(ok), delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)

@@ -28,7 +28,8 @@ def test_freeze_moves_live_objects_out_of_the_collector() -> None:
     try:
         frozen = gcstats.freeze()
         assert frozen >= len(keep)
-        assert gc.get_freeze_count() == frozen
+        # Not equal: frozen objects that other code frees afterwards leave the count.
+        assert len(keep) <= gc.get_freeze_count() <= frozen
         # A full collection now walks only what was made since: not the frozen lists.
         assert sum(len(g) for g in (gc.get_objects(0), gc.get_objects(1))) < len(keep)
         assert len(gc.get_objects(2)) < frozen

@@ -366,12 +366,12 @@ class DecodeWorker(EngineStageWorker):
         """The engine thread's loop, until teardown: start the handoffs that came in, run a
         tick, hand it to the event loop; sleep while there is nothing to run."""
         try:
-            self._run_engine_loop()
+            self._engine_turns()
         except BaseException:  # nothing else would say so: the loop's future is awaited late
             log.exception("decode's engine loop died")
             raise
 
-    def _run_engine_loop(self) -> None:
+    def _engine_turns(self) -> None:
         while not self.halt.is_set():
             new = []
             while self.inbox:

@@ -79,7 +79,6 @@ class PrefillWorker(EngineStageWorker):
     async def _prefill_loop(self) -> None:
         # A batch's handoffs go out while the next batch is prefilled: published one by one,
         # each waiting for its ack, they kept the engine idle 17-40 ms per batch of 16.
-        publishing = self.publishing
         while not self.halting:
             await self._release_acked()
             try:
@@ -88,7 +87,7 @@ class PrefillWorker(EngineStageWorker):
                 async with asyncio.timeout(0.1):
                     first = await self.pending.get()
             except TimeoutError:
-                await self._reap(publishing, limit=0)
+                await self._reap(limit=0)
                 continue
             batch = [first]
             while len(batch) < self.config.max_prefill_batch and not self.pending.empty():
@@ -103,14 +102,14 @@ class PrefillWorker(EngineStageWorker):
                 continue
             # One batch publishing beside the engine: more would only queue in the producer,
             # with their exports held.
-            await self._reap(publishing, limit=1)
-            publishing.add(asyncio.create_task(self._publish_batch(batch, handoffs)))
+            await self._reap(limit=1)
+            self.publishing.add(asyncio.create_task(self._publish_batch(batch, handoffs)))
 
-    @staticmethod
-    async def _reap(publishing: set[asyncio.Task], limit: int) -> None:
+    async def _reap(self, limit: int) -> None:
         """Wait until at most `limit` batches are still publishing (a batch retries its sends
         until the broker takes them); an error no retry covers fails the loop, as it would have
         in the loop itself."""
+        publishing = self.publishing
         while publishing and (len(publishing) > limit or any(t.done() for t in publishing)):
             done, _ = await asyncio.wait(publishing, return_when=asyncio.FIRST_COMPLETED)
             for task in done:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import ast
 import asyncio
+import contextlib
 import gc
 import json
 import os
@@ -119,6 +120,27 @@ def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
     return found
 
 
+def spawned_children(pid: int) -> list[int]:
+    """The processes `pid` started with multiprocessing (not its resource tracker)."""
+    found = []
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return []
+    for child in children:
+        with contextlib.suppress(OSError):
+            if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes():
+                found.append(int(child))
+    return found
+
+
+def add_cores(pids: dict[str, int]) -> None:
+    """Decode's engine core, a process of its own once the worker is up, as "decode core"."""
+    for name, pid in list(pids.items()):
+        for child in spawned_children(pid):
+            pids[f"{name} core"] = child
+
+
 def stack_pids(stack: Stack) -> dict[str, int]:
     """The processes one pipeline run keeps busy: workers, broker, Redis, this client."""
     pids = {name: proc.pid for name, proc in stack.procs.items()}
@@ -131,7 +153,8 @@ def stack_pids(stack: Stack) -> dict[str, int]:
 
 def worker_stats(log_dir: str, what: str = "engine") -> dict[str, dict]:
     """The totals each worker logs when it stops ({stage: stats}; `what`: "engine" for the
-    engine workers' model time, "gc" for every worker's collector pauses), from its log."""
+    engine workers' model time, "gc" for every worker's collector pauses, "core_gc" for decode's
+    engine core process), from its log."""
     found = {}
     for path in Path(log_dir).glob("*.log"):
         for line in path.read_text(errors="replace").splitlines():
@@ -177,6 +200,7 @@ async def pipeline_run(
             )
             for i, p in enumerate(problems)
         ]
+        add_cores(pids)  # up by now: the warm-up job went through
         cpu0 = cpu_seconds(pids)
         t0 = time.perf_counter()
         await client.submit_many(jobs)  # all at once, as the engine-only side adds them
@@ -295,6 +319,7 @@ def main() -> None:
     # After the stack stopped: each engine worker logs its totals (warm-up job included).
     workers_engine = worker_stats(log_dir)
     workers_gc = worker_stats(log_dir, "gc")
+    workers_gc |= {f"{k} core": v for k, v in worker_stats(log_dir, "core_gc").items()}
     ho = handoff(args.threads)
 
     # The same jobs again in-process, admitted in the order decode admitted them: how many

@@ -82,6 +82,9 @@ class PipelineConfig:
     max_backtracks: int = 32  # decode: per job, then it finishes as unverified
     engine: str = "native"  # native | vllm (prefill and decode; docs/vllm.md)
     vllm_url: str = ""  # engine vllm: a running vLLM OpenAI server; empty: each worker starts one
+    # decode: its engine core in a process of its own (off the event loop's GIL), or on a
+    # thread of the worker (tests that patch the core in-process)
+    decode_core: str = "process"
 
     def __post_init__(self) -> None:
         if self.kv_transport not in KV_TRANSPORTS:
@@ -92,6 +95,8 @@ class PipelineConfig:
             raise ValueError("pool size and batch sizes must be positive")
         if self.engine not in ("native", "vllm"):
             raise ValueError(f"engine must be native or vllm, got {self.engine!r}")
+        if self.decode_core not in ("process", "thread"):
+            raise ValueError(f"decode_core must be process or thread, got {self.decode_core!r}")
 
     @classmethod
     def from_env(cls, **overrides: object) -> PipelineConfig:
@@ -113,6 +118,7 @@ class PipelineConfig:
             "max_backtracks": int(_env("MAX_BACKTRACKS", str(base.max_backtracks))),
             "engine": _env("ENGINE", base.engine),
             "vllm_url": _env("VLLM_URL", base.vllm_url),
+            "decode_core": _env("DECODE_CORE", base.decode_core),
         }
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]

@@ -113,10 +113,10 @@ def find_redis_server() -> Path:
     )
 
 
-def _die_with_parent() -> None:
-    # Linux: the child gets SIGTERM if the process that started it dies, even by SIGKILL.
+def set_parent_death_signal(sig: int = signal.SIGTERM) -> None:
+    """Linux: this process gets `sig` when the one that started it dies, even by SIGKILL."""
     if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        ctypes.CDLL(None, use_errno=True).prctl(1, sig)  # PR_SET_PDEATHSIG
 
 
 def child_setup(nice: int = 0, die_with_parent: bool = True) -> Callable[[], None]:
@@ -125,7 +125,7 @@ def child_setup(nice: int = 0, die_with_parent: bool = True) -> Callable[[], Non
 
     def setup() -> None:
         if die_with_parent:
-            _die_with_parent()
+            set_parent_death_signal()
         if nice:
             os.nice(nice)
 

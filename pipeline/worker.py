@@ -69,6 +69,7 @@ class StageWorker(ABC):
         # cancellation that a library swallows (seen: prefill's loop went on, and its
         # worker's stop waited on it forever) still ends them within one turn.
         self.halting = False
+        self.failure: StepwiseError | None = None  # set by fail(): run() raises it at the end
 
     # -- for subclasses ---------------------------------------------------------------------
 
@@ -132,6 +133,13 @@ class StageWorker(ABC):
     # -- lifecycle --------------------------------------------------------------------------
 
     def stop(self) -> None:
+        self._stop.set()
+
+    def fail(self, reason: str) -> None:
+        """Something the worker cannot go on without is gone (decode's engine process): stop
+        without waiting for a drain (in-flight records are redelivered), and exit non-zero."""
+        log.error("%s: %s; stopping", self.worker_id, reason)
+        self.failure = StepwiseError(reason, code="worker_failed")
         self._stop.set()
 
     async def report_metrics(self) -> None:
@@ -212,8 +220,8 @@ class StageWorker(ABC):
             watchdog = asyncio.create_task(self._shutdown_watchdog())
             self.loop.stop()
             await consume
-            drained = await self.loop.drain(self.config.drain_timeout_s)
-            if not drained:
+            drained = await self.loop.drain(0 if self.failure else self.config.drain_timeout_s)
+            if not drained and self.failure is None:
                 log.warning(
                     "%s: drain timed out; unfinished records will be redelivered", self.worker_id
                 )
@@ -237,6 +245,8 @@ class StageWorker(ABC):
                 gc_stats.uninstall()
                 log.info("%s gc: %s", self.worker_id, gc_stats.as_dict())
             log.info("%s stopped", self.worker_id)
+        if self.failure is not None:
+            raise self.failure
 
     async def _shutdown_watchdog(self) -> None:
         """A shutdown that outlives the drain by far logs where every task and thread waits:
@@ -277,9 +287,7 @@ class EngineStageWorker(StageWorker):
         `kv_storage` / `extra_kv_gb`: where the native engine's KV pool lives, and how much
         bigger than the default it is (prefill's lent blocks take that part)."""
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.stage}-engine")
-        path = resolve_model(self.config.model)
-        config = EngineConfig(model=str(path), dtype=self.config.dtype, max_num_seqs=max_num_seqs)
-        config.kv_cache_memory_gb += extra_kv_gb
+        config = engine_config(self.config, max_num_seqs, extra_kv_gb)
         c = self.config
         self.engine: StepEngine = await self.in_engine(
             make_engine, config, c.engine, c.vllm_url, kv_storage
@@ -294,7 +302,21 @@ class EngineStageWorker(StageWorker):
         if executor is not None:
             executor.shutdown(wait=True)
         if (engine := getattr(self, "engine", None)) is not None:
-            if (stats := getattr(engine, "stats", None)) is not None:  # native engine only
-                # Where the engine's time went over this worker's life.
-                log.info("%s engine: %s", self.worker_id, stats.as_dict())
+            log_engine_stats(self.worker_id, engine)
             engine.close()  # the vLLM backend stops a server it started
+
+
+def engine_config(
+    config: PipelineConfig, max_num_seqs: int, extra_kv_gb: float = 0.0
+) -> EngineConfig:
+    """The engine a stage worker runs: its model (resolved to a path), dtype and batch size."""
+    path = resolve_model(config.model)
+    engine = EngineConfig(model=str(path), dtype=config.dtype, max_num_seqs=max_num_seqs)
+    engine.kv_cache_memory_gb += extra_kv_gb
+    return engine
+
+
+def log_engine_stats(worker_id: str, engine: StepEngine) -> None:
+    """Where the engine's time went over the worker's life (the native engine keeps stats)."""
+    if (stats := getattr(engine, "stats", None)) is not None:
+        log.info("%s engine: %s", worker_id, stats.as_dict())

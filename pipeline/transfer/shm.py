@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import multiprocessing
 import os
 import secrets
 import struct
@@ -37,6 +38,15 @@ def segment_tag() -> str:
     return f"sw{os.getpid()}_"
 
 
+def _tracker_tags() -> tuple[str, ...]:
+    """Tags of the processes whose segments this process's resource tracker holds: its own,
+    and its parent's when multiprocessing started it (decode's engine core shares its worker's
+    tracker, and in a test stack that worker's process is prefill's too)."""
+    if multiprocessing.parent_process() is None:
+        return (segment_tag(),)
+    return segment_tag(), f"sw{os.getppid()}_"
+
+
 class Attachments:
     """An importer's mappings of other processes' segments, by name, least recently used
     closed first: mapping a segment again costs a page fault per 4 KiB on the next copy."""
@@ -56,8 +66,8 @@ class Attachments:
             raise TransferExpiredError(f"KV segment {name} is gone") from e
         # Attaching registers the segment with this process's resource tracker, which would
         # unlink it when this process exits (Python < 3.13): the exporter owns it, not us
-        # (unless the exporter is this process, whose registration must stay).
-        if not name.startswith(segment_tag()):
+        # (unless the exporter shares this tracker, whose registration must stay).
+        if not name.startswith(_tracker_tags()):
             resource_tracker.unregister(seg._name, "shared_memory")  # type: ignore[attr-defined]
         self._segments[name] = seg
         while len(self._segments) > self.max_attached:

@@ -135,6 +135,32 @@ def check_every_job_once(counts: dict[str, int], batch, workers) -> None:
     assert not missing and not dupes, f"missing={missing} dupes={dupes}\n{workers.logs()}"
 
 
+def engine_core_pid(worker: subprocess.Popen, timeout_s: float = 60) -> int:
+    """Decode's engine core: the process its worker started with multiprocessing."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with open(f"/proc/{worker.pid}/task/{worker.pid}/children") as f:
+            for child in f.read().split():
+                with open(f"/proc/{child}/cmdline", "rb") as c:
+                    if b"spawn_main" in c.read():
+                        return int(child)
+        time.sleep(0.1)
+    raise AssertionError("the decode worker started no engine core process")
+
+
+def gone(pid: int, timeout_s: float = 10) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":  # dead, not yet reaped
+                    return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
 @pytest.mark.parametrize("victim", ["decode", "prefill"])
 async def test_sigkill_mid_flight_loses_nothing_and_duplicates_nothing(
     workers, kafka_bootstrap, topics, victim
@@ -144,6 +170,8 @@ async def test_sigkill_mid_flight_loses_nothing_and_duplicates_nothing(
     # Prefill is quick: kill it as soon as ingest admits a job; decode once it is decoding.
     when, kind = (1, "accepted") if victim == "prefill" else (3, "step")
 
+    core = engine_core_pid(procs["decode"])
+
     def kill():
         procs[victim].send_signal(signal.SIGKILL)
         workers.start(victim)  # the replacement joins the group and gets the partitions
@@ -152,6 +180,31 @@ async def test_sigkill_mid_flight_loses_nothing_and_duplicates_nothing(
         await submit_and_kill(kafka_bootstrap, topics.prefix, batch, when, kill, kind)
     except TimeoutError as e:
         raise AssertionError(f"{e}\n{workers.logs()}") from e
+    check_every_job_once(await count_results(kafka_bootstrap, topics.prefix), batch, workers)
+    # A killed decode worker takes its engine core with it (PR_SET_PDEATHSIG): no orphan
+    # holding the engine's memory.
+    assert gone(core) if victim == "decode" else not gone(core, 0.5), workers.logs()
+
+
+async def test_a_dead_engine_core_stops_its_worker_and_loses_nothing(
+    workers, kafka_bootstrap, topics
+):
+    procs = {name: workers.start(name) for name in ("ingest", "prefill", "decode")}
+    batch = jobs()
+    core = engine_core_pid(procs["decode"])
+
+    def kill_core():
+        os.kill(core, signal.SIGKILL)
+        workers.start("decode")
+
+    try:
+        await submit_and_kill(kafka_bootstrap, topics.prefix, batch, 3, kill_core)
+    except TimeoutError as e:
+        raise AssertionError(f"{e}\n{workers.logs()}") from e
+    # The worker cannot go on without its engine: it stops at once, without its drain, and
+    # says so with its exit code; its jobs went to the replacement.
+    assert procs["decode"].wait(timeout=30) != 0, workers.logs()
+    assert "engine process died" in workers.logs()
     check_every_job_once(await count_results(kafka_bootstrap, topics.prefix), batch, workers)
 
 

@@ -1,0 +1,318 @@
+"""Decode's engine core: handoffs in, one engine step per tick, what to publish out.
+
+It owns the engine and every running job (vLLM V1's EngineCore plays the same part): it imports
+each handoff's KV (or prefills the prompt again when the buffer is gone), runs the step, applies
+the verdicts that arrived (a contradiction rolls the sequence back) and the live budgets, splices
+cached verified steps in, and returns a Tick: encoded events, finished Results, KV buffers to
+ack, steps to verify, steps to cache, and its telemetry. No broker, no acks, no event loop: the
+decode worker's I/O side does all of that, in another process (`core_process.py`) or on the
+event loop of the same one (`core_client.ThreadCore`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import msgspec
+from redis import Redis as SyncRedis
+
+from pipeline import schema
+from pipeline.cache import CACHEABLE_VERDICTS, SCOPES, Cache, CacheConfig, Scope, step_key
+from pipeline.config import PipelineConfig
+from pipeline.decode.core import JobRun, finish, outward, token_events
+from pipeline.decode.driver import ReasoningDriver, reasoning_params
+from pipeline.decode.messages import Inward, StepPut, Tick, TickStats
+from pipeline.decode.reasoning import Note, ReasoningConfig
+from pipeline.engine import KVBlocks, KVExport, Request
+from pipeline.engine.backend import StepEngine
+from pipeline.engine.sequence import SequenceStatus
+from pipeline.errors import StepwiseError
+from pipeline.stage_params import sampling_params
+from pipeline.transfer import KVHandle, TransferExpiredError, get_transport
+from pipeline.transfer.base import dtype_itemsize, torch_dtype
+from pipeline.transfer.shm_pool import PoolReader, segment_of
+from pipeline.worker import now_ms
+
+log = logging.getLogger(__name__)
+
+
+class DecodeCore:
+    def __init__(self, engine: StepEngine, config: PipelineConfig, verdict_stream: str) -> None:
+        self.engine = engine
+        self.config = config
+        self.verdict_stream = verdict_stream  # where this worker's verdicts come back
+        # Decode reads whichever transport a handoff names (a prefill worker may be set up
+        # differently): the copying one of its config, and shared pools in place.
+        self.transport = get_transport(
+            "shm" if config.kv_transport == "shm_pool" else config.kv_transport
+        )
+        self.pool_reader = PoolReader()
+        self.cache = Cache(None, CacheConfig(key_prefix=config.topic_prefix))  # type: ignore[arg-type]
+        # Cached steps are looked up here, at step boundaries: a blocking GET with a short
+        # timeout (a slow Redis only means the step is generated instead).
+        self.redis = SyncRedis.from_url(config.redis, socket_timeout=0.05)
+        self.pending: list[schema.Handoff] = []  # to start in the next tick
+        self.verdicts: list[schema.VerdictMessage] = []
+        self.budgets: dict[str, schema.Budget] = {}
+        self.runs: dict[str, JobRun] = {}
+        self.num_reprefills = 0
+        self._stats = TickStats()
+
+    @property
+    def num_runs(self) -> int:
+        return len(self.runs)
+
+    @property
+    def wants_tick(self) -> bool:
+        """Something to do now: jobs to start, verdicts to apply, or sequences to step."""
+        return bool(self.pending or self.verdicts or (self.runs and self.engine.has_schedulable))
+
+    def take(self, msg: Inward) -> None:
+        self.pending += msg.handoffs
+        self.verdicts += msg.verdicts
+        if msg.budgets is not None:
+            self.budgets = msg.budgets
+
+    def close(self) -> None:
+        self.redis.close()
+
+    # -- one tick ---------------------------------------------------------------------------
+
+    def tick(self) -> Tick:
+        engine, tok = self.engine, self.engine.tokenizer
+        out = Tick(stats=self._stats)
+        self._stats = TickStats()
+        events: list[schema.Event] = []
+        new, self.pending = self.pending, []
+        for h in new:
+            try:
+                run, kv_ack = self._start(h)
+            except Exception as e:  # this job cannot run here: it gets an error Result
+                log.exception("%s: cannot start", h.id)
+                out.results.append(error_result(h, e))
+                continue
+            self.runs[h.id] = run
+            if kv_ack:
+                out.kv_acks.append(kv_ack)
+        if engine.has_schedulable:
+            out.stats.generated_tokens += len(engine.step())
+        t, now_s = now_ms(), time.monotonic()
+
+        def emit(run: JobRun, outs) -> None:
+            evs, reqs = outward(run, outs, tok, t)
+            events.extend(evs)
+            out.checks.extend(reqs)
+            if run.step_key is not None:
+                out.puts.extend(verified_steps(run, outs))
+
+        verdicts, self.verdicts = self.verdicts, []
+        for v in verdicts:
+            run = self.runs.get(v.id)
+            if run is not None:  # else: a job that finished or moved on
+                try:
+                    emit(run, run.driver.verdict(v.key, v.verdict, v.detail or v.reason, now_s))
+                except Exception:
+                    self._fail(run)
+        live_runs = []
+        for run in self.runs.values():
+            if not run.seq.is_finished:
+                try:
+                    # Live limits tighten jobs already running (checked at step boundaries).
+                    live = self.budgets.get(run.handoff.slo.class_)
+                    if live is not None:
+                        run.driver.reasoner.update_budget(live.max_thinking_tokens, live.max_steps)
+                    events.extend(token_events(run, tok, t))
+                    emit(run, run.driver.advance(now_s))
+                    live_runs.append(run)
+                except Exception:
+                    self._fail(run)
+        self._splice_cached([r for r in live_runs if not r.seq.is_finished], emit, now_s)
+        for job_id, run in list(self.runs.items()):
+            if run.seq.is_finished:
+                out.stats.step_tokens += [s.end - s.start for s in run.driver.reasoner.chain]
+                try:
+                    evs, result = finish(run, tok, t)
+                except Exception:
+                    log.exception("%s: cannot build its Result", job_id)
+                    err = StepwiseError("the decode worker could not build this job's Result")
+                    evs, result = [], error_result(run.handoff, err)
+                events.extend(evs)
+                out.results.append(result)
+                del self.runs[job_id]
+        # Encoded here: in a core process of its own, that work is off the I/O side's GIL.
+        out.events = [(e.id, schema.encode(e)) for e in events]
+        used, total = engine.kv_usage()
+        out.stats.kv_used, out.stats.kv_total = used, total
+        out.stats.num_runs, out.stats.num_reprefills = len(self.runs), self.num_reprefills
+        return out
+
+    # -- starting a job ---------------------------------------------------------------------
+
+    def _start(self, h: schema.Handoff) -> tuple[JobRun, tuple[str, str] | None]:
+        engine, cfg = self.engine, self.config
+        # The thinking budget: the stamped one, or the job's own max_tokens / max_steps if
+        # tighter. Running out of it forces the answer; the engine's own limit sits above it,
+        # with room for the answer.
+        thinking = min(h.budget.max_thinking_tokens, h.params.max_tokens or schema.MAX_TOKENS)
+        steps = min(h.budget.max_steps, h.params.max_steps or schema.MAX_STEPS)
+        reasoning = ReasoningConfig(
+            verify=h.params.verify,
+            max_retries=cfg.max_retries,
+            max_backtracks=cfg.max_backtracks,
+            verdict_timeout_s=cfg.verdict_timeout_s,
+            max_thinking_tokens=thinking,
+            max_steps=steps,
+            early_exit=h.params.early_exit,
+            probe_every=h.budget.probe_effort,
+        )
+        limit = thinking + reasoning.answer_tokens + 16
+        limit = max(1, min(limit, engine.max_model_len - len(h.token_ids)))
+        params = reasoning_params(
+            sampling_params(h.params, seed=h.seed, max_tokens=limit), h.params.verify
+        )
+        kv_ack = None
+        seq = None
+        if h.kv is not None and engine.can_export_kv:
+            try:
+                seq, kv_ack = self._import(h, params), (h.kv.owner, h.kv.handle)
+            except (TransferExpiredError, StepwiseError) as e:
+                log.info("%s: KV import failed (%s); prefilling again", h.id, e)
+        if seq is None:
+            self.num_reprefills += 1
+            seq = engine.add(Request(h.id, list(h.token_ids), params))
+        driver = ReasoningDriver(engine, seq, reasoning)
+        problem = engine.tokenizer.decode(h.token_ids)
+        run = JobRun(h, driver, problem, self.verdict_stream, now_ms())
+        # Steps enter the step cache only with a verdict, under a key that holds the verify
+        # mode: a job that verifies nothing can find none, so it never asks.
+        if h.cache_key is not None and h.params.verify != "off":  # ingest: reproducible
+            run.step_key = step_key(h.model, h.token_ids, h.premises, h.params)
+        return run, kv_ack
+
+    def _import(self, h: schema.Handoff, params):
+        d = h.kv
+        assert d is not None
+        if d.transport == "shm_pool":
+            return self._import_blocks(h, d, params)
+        # The buffer holds whole blocks of the exporter's size: its token count follows from
+        # its bytes; the first d.num_tokens of them are the sequence's.
+        per_token = d.num_layers * 2 * d.num_kv_heads * d.head_dim * dtype_itemsize(d.dtype)
+        shape = (d.num_layers, 2, d.num_kv_heads, d.nbytes // per_token, d.head_dim)
+        handle = KVHandle(d.transport, d.handle, shape, d.dtype, d.nbytes, d.owner, d.expires_ms)
+        with self.transport.attach(handle) as buf:
+            export = KVExport(
+                h.id, [*h.token_ids, h.first_token], len(h.token_ids),
+                buf[:, :, :, : d.num_tokens], h.seed,
+            )  # fmt: skip
+            return self.engine.import_kv(export, params)
+
+    def _import_blocks(self, h: schema.Handoff, d: schema.KVDescriptor, params):
+        """Copy the prefill worker's pinned blocks straight out of its shared pool."""
+        if d.blocks is None or d.block_gens is None or d.block_size is None:
+            raise TransferExpiredError("an shm_pool handoff without its blocks")
+        name = segment_of(d.handle)
+        block_shape = (d.num_layers, 2, d.num_kv_heads, d.block_size, d.head_dim)
+        seq = None
+        try:
+            with self.pool_reader.read(
+                name, torch_dtype(d.dtype), block_shape, d.blocks, d.block_gens
+            ) as pool:
+                export = KVExport(
+                    h.id, [*h.token_ids, h.first_token], len(h.token_ids),
+                    KVBlocks(pool, list(d.blocks), d.num_tokens), h.seed,
+                )  # fmt: skip
+                seq = self.engine.import_kv(export, params)
+        except TransferExpiredError:
+            if seq is not None:  # copied, but the blocks were reused meanwhile: torn
+                self.engine.abort(seq.request_id)
+            raise
+        return seq
+
+    # -- the step cache ---------------------------------------------------------------------
+
+    def _splice_cached(self, runs: list[JobRun], emit, now_s: float) -> None:
+        """At step boundaries of reproducible jobs, put in the verified steps cached for them:
+        one Redis round trip for every job of the tick that sits on a boundary, and one more
+        for each round of steps spliced in a row (a splice is read back before the next
+        lookup, else the engine would sample past the spliced delimiter)."""
+        while runs:
+            asks = []
+            for run in runs:
+                try:
+                    if run.step_key is not None and (i := run.driver.wants_next_step()) is not None:
+                        asks.append((run, i))
+                except Exception:
+                    self._fail(run)
+            if not asks:
+                return
+            hits = self._cached_steps([r for r, _ in asks])
+            runs = []
+            for (run, index), hit in zip(asks, hits, strict=True):
+                try:
+                    if hit is not None and run.driver.splice_step(index, *hit):
+                        emit(run, run.driver.advance(now_s))
+                        runs.append(run)
+                except Exception:
+                    self._fail(run)
+
+    def _cached_steps(self, runs: list[JobRun]) -> list[tuple[str, str] | None]:
+        """The verified step that followed each run's chain before, from Redis in one MGET;
+        None for a miss, and for all when Redis is slow or away (the steps are generated)."""
+        keys = []
+        for run in runs:
+            assert run.step_key is not None
+            scope = Scope.of(run.handoff)
+            accepted = [s.text for s in run.driver.reasoner.chain]
+            content = Cache.step_content(run.step_key, accepted)
+            keys += [self.cache.key("step", name, scope, content) for name in SCOPES]
+        try:
+            values = self.redis.mget(keys)
+        except Exception:
+            return [None] * len(runs)
+        hits: list[tuple[str, str] | None] = []
+        for i in range(len(runs)):
+            found = next((v for v in values[i * len(SCOPES) : (i + 1) * len(SCOPES)] if v), None)
+            if found is None:
+                self._stats.step_misses += 1
+                hits.append(None)
+                continue
+            self._stats.step_hits += 1
+            text, verdict = msgspec.msgpack.decode(found)
+            hits.append((text, verdict))
+        return hits
+
+    # -- failures ---------------------------------------------------------------------------
+
+    def _fail(self, run: JobRun) -> None:
+        """A job whose decoding raised ends with an error Result; the other jobs in the tick
+        go on (an exception used to fail the whole tick, and with it Results already made)."""
+        log.exception("%s: decoding failed; it ends with an error Result", run.handoff.id)
+        seq = run.seq
+        if not seq.is_finished:
+            try:
+                self.engine.finish(seq.request_id, "error")
+            except Exception:  # the engine lost it: mark it done so its Result goes out
+                seq.status = SequenceStatus.FINISHED
+        seq.finish_reason = "error"
+        run.driver.reasoner.finished = True
+
+
+def error_result(h: schema.Handoff, e: Exception) -> schema.Result:
+    err = e if isinstance(e, StepwiseError) else StepwiseError(repr(e))
+    return msgspec.structs.replace(schema.rejected_result(h.id, err), status="error")
+
+
+def verified_steps(run: JobRun, outs) -> list[StepPut]:
+    """The steps these outputs verified, with the chain before each (for the step cache)."""
+    chain = run.driver.reasoner.chain
+    h = run.handoff
+    found = []
+    for o in outs:
+        if not (isinstance(o, Note) and o.kind == "verdict") or o.detail == "cached":
+            continue
+        if o.verdict in CACHEABLE_VERDICTS and o.step < len(chain) and chain[o.step].text == o.text:
+            before = [s.text for s in chain[: o.step]]
+            assert run.step_key is not None
+            found.append(StepPut(h.tenant, h.app, h.user, run.step_key, before, o.text, o.verdict))
+    return found

@@ -130,12 +130,13 @@ class DecodeWorker(EngineStageWorker):
         while not self.halting:
             tick = await self.outbox.get()
             delay = 0.1
+            done: set[str] = set()  # what of this tick went out: a retry does not repeat it
             while not self.halting:
                 try:
-                    await self._publish_tick(tick)
+                    await self._publish_tick(tick, done)
                     self.core.submit(Inward(credits=1))
                     break
-                except Exception:  # broker trouble: retry (a repeated event is harmless)
+                except Exception:  # broker or Redis trouble: retry what did not go out
                     log.exception("publishing failed; retrying in %.1fs", delay)
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 5.0)
@@ -165,29 +166,38 @@ class DecodeWorker(EngineStageWorker):
         for req in checks:
             tasks.send(req, self.celery)
 
-    async def _publish_tick(self, tick: Tick) -> None:
-        for p in tick.puts:
-            with contextlib.suppress(Exception):  # a cache write never fails a job
-                await self.cache.put_step(
-                    Scope(p.tenant, p.app, p.user), p.key, p.before, p.text, p.verdict
-                )
-        if tick.checks:  # first: verification runs while the rest is published
+    async def _publish_tick(self, tick: Tick, done: set[str]) -> None:
+        """A Tick's outputs, in order; `done` names the parts that went out (a retry after
+        broker or Redis trouble goes on from there: above all, no Result is published twice)."""
+        if "puts" not in done:
+            for p in tick.puts:
+                with contextlib.suppress(Exception):  # a cache write never fails a job
+                    await self.cache.put_step(
+                        Scope(p.tenant, p.app, p.user), p.key, p.before, p.text, p.verdict
+                    )
+            done.add("puts")
+        if tick.checks and "checks" not in done:  # first: verification runs meanwhile
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(self.sender, self._send_checks, tick.checks)
-        await asyncio.gather(*(self.state.ack_kv(owner, handle) for owner, handle in tick.kv_acks))
+            done.add("checks")
+        if "kv" not in done:
+            await asyncio.gather(*(self.state.ack_kv(o, handle) for o, handle in tick.kv_acks))
+            done.add("kv")
         # Events stream without waiting for their acks, but a job's Result waits until every
         # event published before it is acknowledged.
-        if tick.events:  # a batch per partition: a step's events cost little of the GIL
+        if tick.events and "events" not in done:  # a batch per partition: cheap on the GIL
             self._unacked += await self.producer.send_batch_later(self.topics.events, tick.events)
+            done.add("events")
         if tick.results and self._unacked:
-            await asyncio.gather(*self._unacked)
-            self._unacked.clear()
+            # Taken out first: a failed send stays failed, and would fail every retry after it.
+            unacked, self._unacked = self._unacked, []
+            await asyncio.gather(*unacked)
         elif len(self._unacked) > 4096:
             self._unacked = [f for f in self._unacked if not f.done()]
         if tick.results:
-            await self._deliver(tick.results)
+            await self._deliver(tick.results, done)
 
-    async def _deliver(self, results: list[schema.Result]) -> None:
+    async def _deliver(self, results: list[schema.Result], done: set[str]) -> None:
         """A tick's Results: answers cached, then Results published, then jobs marked done and
         their handoffs acked; each step for all of them at once (three round trips a tick,
         where one at a time took three a Result)."""
@@ -203,9 +213,12 @@ class DecodeWorker(EngineStageWorker):
                 with contextlib.suppress(Exception):  # a cache write never fails a job
                     await self.cache.put_answer(Scope.of(h), h.cache_key, result)
 
-        # Cache first: whoever sees the Result and asks again must find the answer.
-        await asyncio.gather(*(cache_answer(result, h) for result, h, _ in jobs))
-        await self.publish_results([(result, h.reply_topic) for result, h, _ in jobs])
+        if "results" not in done:
+            # Cache first: whoever sees the Result and asks again must find the answer.
+            await asyncio.gather(*(cache_answer(result, h) for result, h, _ in jobs))
+            await self.publish_results([(result, h.reply_topic) for result, h, _ in jobs])
+            done.add("results")
+        # Idempotent (SET NX): a retry marks again what it marked before.
         await asyncio.gather(*(self.state.mark_done(r.id, self.worker_id) for r, _, _ in jobs))
         self.num_finishing -= len(results)
         for result, _, ack in jobs:

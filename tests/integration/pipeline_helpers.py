@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
+
+from aiokafka import AIOKafkaConsumer
 
 from pipeline import schema
 from pipeline.client import StepwiseClient
@@ -70,3 +73,24 @@ async def run_jobs(config: PipelineConfig, jobs, extra=(), timeout_s=240, on_mes
             if on_message is not None:
                 on_message(msg)
     return events, results
+
+
+async def count_results(kafka: str, prefix: str) -> dict[str, int]:
+    """Every Result on the topic, by job id (duplicates show up as counts > 1)."""
+    consumer = AIOKafkaConsumer(
+        f"{prefix}results", bootstrap_servers=kafka, auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    counts: dict[str, int] = {}
+    try:
+        quiet_since = time.monotonic()
+        while time.monotonic() - quiet_since < 3.0:  # read until 3 s without a new record
+            batch = await consumer.getmany(timeout_ms=500)
+            for recs in batch.values():
+                for r in recs:
+                    key = r.key.decode()
+                    counts[key] = counts.get(key, 0) + 1
+                    quiet_since = time.monotonic()
+    finally:
+        await consumer.stop()
+    return counts

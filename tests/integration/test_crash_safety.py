@@ -16,10 +16,10 @@ import time
 import uuid
 
 import pytest
-from aiokafka import AIOKafkaConsumer
 
 from pipeline import schema
 from pipeline.client import StepwiseClient
+from tests.integration.pipeline_helpers import count_results
 
 pytestmark = pytest.mark.slow
 
@@ -106,27 +106,6 @@ async def submit_and_kill(kafka, prefix, batch, when_events, kill, kind="step"):
                 results[msg.id] = results.get(msg.id, 0) + 1
     assert killed, "the kill never happened: jobs finished too fast"
     return results
-
-
-async def count_results(kafka: str, prefix: str) -> dict[str, int]:
-    """Every Result on the topic, by job id (duplicates show up as counts > 1)."""
-    consumer = AIOKafkaConsumer(
-        f"{prefix}results", bootstrap_servers=kafka, auto_offset_reset="earliest"
-    )
-    await consumer.start()
-    counts: dict[str, int] = {}
-    try:
-        quiet_since = time.monotonic()
-        while time.monotonic() - quiet_since < 3.0:  # read until 3 s without a new record
-            batch = await consumer.getmany(timeout_ms=500)
-            for recs in batch.values():
-                for r in recs:
-                    key = r.key.decode()
-                    counts[key] = counts.get(key, 0) + 1
-                    quiet_since = time.monotonic()
-    finally:
-        await consumer.stop()
-    return counts
 
 
 def check_every_job_once(counts: dict[str, int], batch, workers) -> None:

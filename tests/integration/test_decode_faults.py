@@ -12,7 +12,8 @@ import pytest
 
 from pipeline import schema
 from pipeline.decode.driver import ReasoningDriver
-from tests.integration.pipeline_helpers import run_jobs, running_stack, stack_config
+from pipeline.jobstate import JobState
+from tests.integration.pipeline_helpers import count_results, run_jobs, running_stack, stack_config
 
 pytestmark = pytest.mark.slow
 
@@ -58,3 +59,33 @@ async def test_a_decode_worker_that_cannot_load_its_model_says_why(
         await DecodeWorker(config).run()
     assert not isinstance(failed.value, AttributeError)
     assert "no-model" in str(failed.value), failed.value
+
+
+async def test_a_retried_delivery_does_not_publish_its_results_twice(
+    kafka_bootstrap, redis_url, topics, monkeypatch
+):
+    """Redis fails decode's done-marking once, after a tick's Results went out: the retry
+    marks them again and acks, and publishes nothing twice (before, it re-sent the tick)."""
+    config = stack_config(kafka_bootstrap, redis_url, topics)
+    mark_done, failed = JobState.mark_done, []
+
+    async def failing_once(self, job_id, worker):
+        if worker.startswith("decode") and not failed:
+            failed.append(job_id)
+            raise ConnectionError("injected: Redis went away")
+        return await mark_done(self, job_id, worker)
+
+    monkeypatch.setattr(JobState, "mark_done", failing_once)
+    tag = uuid.uuid4().hex[:6]
+    params = schema.JobParams(temperature=0.7, verify="off")
+    jobs = [
+        schema.Job(id=f"retry{i}-{tag}", prompt=f"Compute {i} + {i + 3}.", params=params)
+        for i in range(4)
+    ]
+    async with running_stack(config):
+        _, results = await run_jobs(config, jobs, timeout_s=120)
+        counts = await count_results(kafka_bootstrap, topics.prefix)
+    assert failed, "the fault never fired"
+    assert {j.id for j in jobs} == set(results)
+    assert all(r.status == "ok" for rs in results.values() for r in rs)
+    assert {j.id: counts.get(j.id) for j in jobs} == {j.id: 1 for j in jobs}, counts

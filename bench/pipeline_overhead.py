@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import ast
 import asyncio
-import contextlib
 import gc
 import json
 import os
@@ -42,7 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline import gcstats, schema  # noqa: E402
+from pipeline import gcstats, schema, services  # noqa: E402
 from pipeline.bus import BusConfig  # noqa: E402
 from pipeline.client import StepwiseClient  # noqa: E402
 from pipeline.config import EngineConfig, PipelineConfig  # noqa: E402
@@ -120,24 +119,10 @@ def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
     return found
 
 
-def spawned_children(pid: int) -> list[int]:
-    """The processes `pid` started with multiprocessing (not its resource tracker)."""
-    found = []
-    try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        return []
-    for child in children:
-        with contextlib.suppress(OSError):
-            if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes():
-                found.append(int(child))
-    return found
-
-
 def add_cores(pids: dict[str, int]) -> None:
     """Decode's engine core, a process of its own once the worker is up, as "decode core"."""
     for name, pid in list(pids.items()):
-        for child in spawned_children(pid):
+        for child in services.spawned_children(pid):
             pids[f"{name} core"] = child
 
 

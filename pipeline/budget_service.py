@@ -24,7 +24,6 @@ from pipeline.worker import StageWorker
 
 log = logging.getLogger(__name__)
 
-SLO_CLASSES = ("interactive", "batch")
 LAG_STAGES = ("prefill", "decode")  # jobs admitted but not yet decoding
 
 
@@ -48,7 +47,7 @@ class BudgetWorker(StageWorker):
         self.clock = clock  # injectable with `sleep`: the tests drive the loop without sleeping
         self.sleep = sleep
         self.controllers = {
-            c: budget.BudgetController(budget_config.for_class(c)) for c in SLO_CLASSES
+            c: budget.BudgetController(budget_config.for_class(c)) for c in budget.SLO_CLASSES
         }
         # Per class: the limits last published and the version Redis gave them.
         self.published: dict[str, tuple[tuple[int, int, int], int]] = {}

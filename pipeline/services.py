@@ -119,6 +119,23 @@ def set_parent_death_signal(sig: int = signal.SIGTERM) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, sig)  # PR_SET_PDEATHSIG
 
 
+def spawned_children(pid: int) -> list[int]:
+    """The processes `pid` started with multiprocessing's spawn (decode's engine core), not
+    its resource tracker; empty where /proc cannot say (not Linux, or `pid` is gone)."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return []
+    found = []
+    for child in children:
+        try:
+            if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes():
+                found.append(int(child))
+        except OSError:  # it exited meanwhile
+            continue
+    return found
+
+
 def child_setup(nice: int = 0, die_with_parent: bool = True) -> Callable[[], None]:
     """A `preexec_fn`: the child dies with its parent (if asked), and runs `nice` steps below
     it (a process that shares the machine's cores with the engine workers: see `Stack`)."""

@@ -23,7 +23,7 @@ from aiokafka import ConsumerRecord
 from redis.asyncio import Redis
 
 from pipeline import gcstats, schema, services, telemetry
-from pipeline.budget import BudgetReader
+from pipeline.budget import SLO_CLASSES, BudgetReader
 from pipeline.bus import Ack, BusConfig, ConsumeLoop, Producer, retry_transient
 from pipeline.config import EngineConfig, PipelineConfig
 from pipeline.engine.backend import StepEngine, make_engine
@@ -157,7 +157,7 @@ class StageWorker(ABC):
 
         async def refresh() -> None:
             while not self.halting:
-                for slo_class in ("interactive", "batch"):
+                for slo_class in SLO_CLASSES:
                     with contextlib.suppress(Exception):  # Redis away: keep the last limits
                         await reader.get(slo_class)
                 await asyncio.sleep(1.0)

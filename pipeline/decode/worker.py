@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from aiokafka import ConsumerRecord
 
 from pipeline import schema, telemetry
-from pipeline.budget import BudgetReader
+from pipeline.budget import SLO_CLASSES, BudgetReader
 from pipeline.bus import Ack
 from pipeline.cache import Cache, CacheConfig, Scope
 from pipeline.decode.core_client import CoreClient, make_core
@@ -30,8 +30,6 @@ from pipeline.verify import tasks
 from pipeline.worker import EngineStageWorker
 
 log = logging.getLogger(__name__)
-
-SLO_CLASSES = ("interactive", "batch")
 
 
 class DecodeWorker(EngineStageWorker):

@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 
-from pipeline import schema
+from pipeline import schema, services
 from pipeline.client import StepwiseClient
 from tests.integration.pipeline_helpers import count_results
 
@@ -118,11 +118,8 @@ def engine_core_pid(worker: subprocess.Popen, timeout_s: float = 60) -> int:
     """Decode's engine core: the process its worker started with multiprocessing."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        with open(f"/proc/{worker.pid}/task/{worker.pid}/children") as f:
-            for child in f.read().split():
-                with open(f"/proc/{child}/cmdline", "rb") as c:
-                    if b"spawn_main" in c.read():
-                        return int(child)
+        if cores := services.spawned_children(worker.pid):
+            return cores[0]
         time.sleep(0.1)
     raise AssertionError("the decode worker started no engine core process")
 

@@ -25,6 +25,7 @@ from fractions import Fraction
 
 import z3
 
+from pipeline.verify import prose
 from pipeline.verify.claims import (
     DEFAULT_LIMITS,
     ClaimError,
@@ -39,12 +40,12 @@ from pipeline.verify.claims import (
     check_exponent,
     clear_parse_cache,
     evaluate,
-    extract_claims,
     extract_premises,
     holds,
     power,
     variables,
 )
+from pipeline.verify.prose import FoundClaim, find_claims, relations
 
 ENTAILED = "entailed"
 CONTRADICTED = "contradicted"
@@ -64,13 +65,28 @@ _MAX_DETAIL = 120
 
 
 @dataclass(frozen=True, slots=True)
+class ClaimVerdict:
+    """The verdict on one claim of a step, with where it is in the step's text."""
+
+    text: str
+    span: tuple[int, int]
+    verdict: str
+    reason: str = ""
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class StepVerdict:
-    """The verdict on one step; `detail` is short text for people."""
+    """The verdict on one step; `detail` is short text for people.
+
+    A step is contradicted when any claim is, entailed when every claim was read and is
+    entailed, consistent when none is refuted and one is merely consistent, else unknown."""
 
     verdict: str
     reason: str = ""
     detail: str = ""
     num_claims: int = 0
+    claims: tuple[ClaimVerdict, ...] = field(default=(), compare=False)
 
 
 def _short(text: str) -> str:
@@ -98,10 +114,11 @@ class Checker:
         self.num_accepted = 0
         rels: list[Relation] = []
         for text in premises:
-            try:
-                rels.extend(extract_claims(text, limits))
-            except ClaimError:
+            found = find_claims(text, limits)
+            readable = relations(found)
+            if not readable or len(readable) < len(found):
                 self.num_skipped_premises += 1
+            rels.extend(readable)
         rels.extend(extract_premises(problem, limits))
         self.premises: tuple[Relation, ...] = tuple(dict.fromkeys(rels))
         names = variables(self.premises)
@@ -160,7 +177,7 @@ class Checker:
         """
         self.num_accepted += 1
         try:
-            claims = extract_claims(step, self.limits, self.answer_var)
+            claims = relations(find_claims(step, self.limits, self.answer_var))
             symbolic = [rel for rel in claims if variables([rel])]
             if symbolic and self._state_sat is not False:
                 self._assert(symbolic)
@@ -172,43 +189,61 @@ class Checker:
 
     def _check(self, step: str) -> StepVerdict:
         deadline = time.monotonic() + self.timeout_ms / 1000
-        try:
-            claims = extract_claims(step, self.limits, self.answer_var)
-        except ClaimError as e:
-            return StepVerdict(UNKNOWN, e.reason, _short(str(e)))
-        n = len(claims)
-        if not claims:
+        found = find_claims(step, self.limits, self.answer_var)
+        if not found:
             return StepVerdict(NO_CLAIM)
-        if self._premises_inconsistent:
-            return StepVerdict(UNKNOWN, INCONSISTENT_PREMISES, "the premises are unsat", n)
-        symbolic: list[Relation] = []
-        for rel in claims:
-            try:
-                value = self._ground_value(rel)
-            except ClaimError as e:
-                return StepVerdict(UNKNOWN, e.reason, _short(f"{rel.text}: {e}"), n)
-            except _Undefined:
-                return StepVerdict(CONTRADICTED, "", _short(f"{rel.text}: division by zero"), n)
-            if value is False:
-                if self._state_is_sat(deadline) is not True:  # unsat or undecided state
-                    return self._unknown_state(deadline, n)
-                return StepVerdict(CONTRADICTED, "", _short(f"{rel.text} is false"), n)
-            if value is None:
-                symbolic.append(rel)
-        if symbolic:
-            return self._check_symbolic(symbolic, deadline, n)
-        if self._state_is_sat(deadline) is not True:
-            return self._unknown_state(deadline, n)
-        return StepVerdict(ENTAILED, "", "", n)
+        n = len(found)
+        results: list[ClaimVerdict] = []
+        context: list[Relation] = []  # the step's earlier claims with variables, not refuted
+        for claim in found:
+            if claim.relation is None:
+                results.append(_unread(claim))
+                continue
+            if self._premises_inconsistent:
+                verdict = StepVerdict(UNKNOWN, INCONSISTENT_PREMISES, "the premises are unsat")
+            else:
+                verdict = self._check_relation(claim.relation, context, deadline)
+            v = verdict
+            results.append(ClaimVerdict(claim.text, claim.span, v.verdict, v.reason, v.detail))
+            if verdict.verdict != CONTRADICTED and variables([claim.relation]):
+                context.append(claim.relation)
+        return _step_verdict(tuple(results), n)
+
+    def _check_relation(
+        self, rel: Relation, context: list[Relation], deadline: float
+    ) -> StepVerdict:
+        try:
+            value = self._ground_value(rel)
+        except ClaimError as e:
+            return StepVerdict(UNKNOWN, e.reason, _short(f"{rel.text}: {e}"))
+        except _Undefined:
+            return StepVerdict(CONTRADICTED, "", _short(f"{rel.text}: division by zero"))
+        if value is None:
+            return self._check_symbolic([rel], deadline, 1, context)
+        if self._state_is_sat(deadline) is not True:  # unsat or undecided state
+            return self._unknown_state(deadline, 1)
+        if value:
+            return StepVerdict(ENTAILED)
+        if _rounded(rel, self.limits):
+            return StepVerdict(CONSISTENT, "", _short(f"{rel.text} holds when rounded"))
+        return StepVerdict(CONTRADICTED, "", _short(f"{rel.text} is false"))
 
     def _unknown_state(self, deadline: float, n: int) -> StepVerdict:
         if self._state_sat is False:
             return StepVerdict(UNKNOWN, INCONSISTENT_PREMISES, "the accepted steps are unsat", n)
         return StepVerdict(UNKNOWN, self._timeout_reason(deadline), "state undecided", n)
 
-    def _check_symbolic(self, claims: list[Relation], deadline: float, n: int) -> StepVerdict:
+    def _check_symbolic(
+        self, claims: list[Relation], deadline: float, n: int, context: list[Relation] = ()
+    ) -> StepVerdict:
         try:
             claim, build = self._to_z3(claims)
+            if context:  # what the step said before this claim ("let x = 5, so 2x = 10")
+                given, given_build = self._to_z3(list(context))
+                build.is_nonlinear |= given_build.is_nonlinear
+                build.max_bits = max(build.max_bits, given_build.max_bits)
+            else:
+                given = None
         except ClaimError as e:
             return StepVerdict(UNKNOWN, e.reason, _short(str(e)), n)
         except _Undefined:
@@ -221,7 +256,8 @@ class Checker:
             return StepVerdict(UNKNOWN, LIMIT, _short(f"{texts}: nonlinear, large numbers"), n)
         if self._state_sat is False:
             return self._unknown_state(deadline, n)
-        with_claim = self._solve(claim, is_linear, deadline)
+        both = claim if given is None else z3.And(given, claim)
+        with_claim = self._solve(both, is_linear, deadline)
         if with_claim == z3.sat:
             self._state_sat = True  # S and C sat: S is, no need to ask on its own
         elif with_claim == z3.unsat:
@@ -231,7 +267,8 @@ class Checker:
             return StepVerdict(CONTRADICTED, "", _short(detail), n)
         if with_claim == z3.unknown:
             return StepVerdict(UNKNOWN, self._timeout_reason(deadline), _short(texts), n)
-        without = self._solve(z3.Not(claim), is_linear, deadline)
+        negated = z3.Not(claim) if given is None else z3.And(given, z3.Not(claim))
+        without = self._solve(negated, is_linear, deadline)
         if without == z3.unsat:
             return StepVerdict(ENTAILED, "", "", n)
         if without == z3.unknown:
@@ -375,6 +412,49 @@ class Checker:
         return left / right
 
 
+def _unread(claim: FoundClaim) -> ClaimVerdict:
+    return ClaimVerdict(claim.text, claim.span, UNKNOWN, claim.reason, _short(claim.detail))
+
+
+def _step_verdict(results: tuple[ClaimVerdict, ...], n: int) -> StepVerdict:
+    """One verdict for a step from its claims' (see StepVerdict)."""
+    for want in (CONTRADICTED, CONSISTENT):
+        hit = next((r for r in results if r.verdict == want), None)
+        if hit is not None and (
+            want == CONTRADICTED or all(r.verdict in (ENTAILED, CONSISTENT) for r in results)
+        ):
+            return StepVerdict(want, "", hit.detail, n, results)
+    if all(r.verdict == ENTAILED for r in results):
+        return StepVerdict(ENTAILED, "", "", n, results)
+    first = next(r for r in results if r.verdict not in (ENTAILED, CONSISTENT))
+    return StepVerdict(UNKNOWN, first.reason, first.detail, n, results)
+
+
+def _rounded(rel: Relation, limits: ClaimLimits) -> bool:
+    """`10 / 3 = 3.33`: a decimal written to k places that the exact value rounds (or cuts)
+    to, where no k-place decimal is exact. Models write such steps meaning "about"; a
+    contradiction would roll back a right step. Never true for an exactly representable
+    value written wrong (`10 / 4 = 2.6` stays false)."""
+    if rel.op != "=" or not isinstance(rel.rhs, Num) or "." not in rel.text.rsplit("=", 1)[-1]:
+        return False
+    written = rel.text.rsplit("=", 1)[-1].strip().rstrip(".")
+    places = len(written.rsplit(".", 1)[-1]) if "." in written else 0
+    if places == 0 or not written.replace(".", "", 1).replace(",", "").lstrip("-").isdigit():
+        return False
+    exact = evaluate(rel.lhs, limits)
+    if exact is None:
+        return False
+    scaled = exact * 10**places
+    if scaled.denominator == 1:  # representable at that precision: no excuse
+        return False
+    magnitude = abs(scaled)
+    cut = magnitude.numerator // magnitude.denominator  # truncated (2/3 = 0.66)
+    nearest = cut + (magnitude - cut >= Fraction(1, 2))  # rounded half up (2/3 = 0.67)
+    written_scaled = abs(rel.rhs.value * 10**places)
+    same_sign = (exact < 0) == (rel.rhs.value < 0) or written_scaled == 0
+    return same_sign and written_scaled in (cut, nearest)
+
+
 @dataclass(slots=True)
 class _Build:
     """What translating a claim found besides its term: divisor guards, nonlinearity."""
@@ -471,3 +551,4 @@ def clear_cache() -> None:
     with _cache_lock:
         _cache.clear()
     clear_parse_cache()
+    prose.clear_cache()

@@ -192,6 +192,13 @@ class _ToAst(Transformer):
 
 # The transformer runs at reduce time (no tree, no recursion), so deep input cannot overflow it.
 _PARSER = Lark(_GRAMMAR, parser="lalr", transformer=_ToAst(), maybe_placeholders=False)
+# One side of a relation (the prose claim finder splits relations itself).
+_EXPR_PARSER = Lark(
+    _GRAMMAR.replace("start: sum (REL sum)+", "start: sum"),
+    parser="lalr",
+    transformer=_ToAst(),
+    maybe_placeholders=False,
+)
 
 
 def _number(text: str) -> Fraction:
@@ -361,18 +368,35 @@ def _parse_chain(text: str, limits: ClaimLimits) -> list[Relation]:
     if len(side_texts) != len(sides):  # cannot happen: relation symbols never nest
         side_texts = [str(s) for s in sides]
     for side in sides:
-        # Exponents and sizes; the value is not kept. A division by zero is well-formed: the
-        # checker decides what it means.
-        with contextlib.suppress(ZeroDivisionError):
-            evaluate(side, limits)
-        if degree(side, limits) > limits.max_degree:
-            raise ClaimError("limit", f"polynomial degree over {limits.max_degree}")
+        _validate(side, limits)
     return [
         Relation(lhs, op, rhs, f"{lt} {str(sym).strip()} {rt}")
         for lhs, op, rhs, lt, sym, rt in zip(
             sides[:-1], ops, sides[1:], side_texts[:-1], parts[1::2], side_texts[1:], strict=True
         )
     ]
+
+
+def _validate(side: Expr, limits: ClaimLimits) -> None:
+    # Exponents and sizes; the value is not kept. A division by zero is well-formed: the
+    # checker decides what it means.
+    with contextlib.suppress(ZeroDivisionError):
+        evaluate(side, limits)
+    if degree(side, limits) > limits.max_degree:
+        raise ClaimError("limit", f"polynomial degree over {limits.max_degree}")
+
+
+def parse_expr(text: str, limits: ClaimLimits = DEFAULT_LIMITS) -> Expr:
+    """One expression (no relation), validated under the limits; ClaimError otherwise."""
+    _precheck(text, limits)
+    try:
+        (expr,) = _EXPR_PARSER.parse(text)
+    except VisitError as e:
+        raise ClaimError("unparseable", str(e.orig_exc)) from None
+    except LarkError:
+        raise ClaimError("unparseable", f"not an expression: {text[:60]!r}") from None
+    _validate(expr, limits)
+    return expr
 
 
 def _check_count(num_claims: int, limits: ClaimLimits) -> None:

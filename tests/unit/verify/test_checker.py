@@ -60,13 +60,15 @@ CASES = [
     ((), "", (), "(3 + 8 + 9) / 4 = 5", E, ""),
     ((), "", (), "3 + 8 + 9 / 4 = 5", C, ""),
     ((), "", (), "(x + 1) * 2 = 6", K, ""),
-    ((), "", (), "(3 + 8 = 11", U, "unparseable"),
+    ((), "", (), "(3 + 8 = 11", E, ""),  # prose: "(since 3 + 8 = 11" opens a remark
     # fractions and decimals
     ((), "", (), "7/2 = 3.5 = 3.50", E, ""),
     ((), "", (), "0.1 + 0.2 = 0.3", E, ""),
-    ((), "", (), "1/3 = 0.33", C, ""),
+    ((), "", (), "1/3 = 0.33", K, ""),  # rounded: never contradicted
+    ((), "", (), "10/4 = 2.6", C, ""),  # 2.5 is exact at one place: no rounding excuse
+    ((), "", (), "1/3 = 0.34", C, ""),
     ((), "", (), "x = 0.5", K, ""),
-    ((), "", (), "1/2. = 0.5", U, "unparseable"),
+    ((), "", (), "1/2. = 0.5", N, ""),  # a sentence ends at "1/2.": "= 0.5" has no left side
     # percentages
     ((), "", (), "20% * 50 = 10", E, ""),
     ((), "", (), "10% * 90 = 10", C, ""),
@@ -181,7 +183,7 @@ def test_adversarial_is_unknown_fast(step):
     result = checker.check(step)
     assert time.perf_counter() - start < 1.0
     assert result.verdict == UNKNOWN
-    assert result.reason in {"limit", "unparseable"}
+    assert result.reason in {"limit", "unparseable", "unsupported"}
 
 
 @pytest.mark.parametrize(

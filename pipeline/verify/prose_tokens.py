@@ -1,0 +1,383 @@
+"""Reasoning text as tokens for the claim finder: prose, LaTeX, markdown, units, traps.
+
+Real models write arithmetic inside sentences (`So 12 × 7 = 84 apples.`), in LaTeX
+(`$\\frac{3}{4} \\times 20 = 15$`), in markdown lists (`- 2 + 3 = 5`, `**Step 2:**`) and between
+think markers. `tokenize` reads such text in one regex pass into typed tokens that keep their
+span in the source, and `rewrite` settles what each token means from its neighbours: `x`
+between numbers is a times sign, a word right after a number is a unit, `- ` at a line start
+is a bullet, `10-20` after "pages" is a range. What is not arithmetic (dates, clock times,
+ratios, versions, scores, ranges, `≈`, "approximately", remainders) becomes NONARITH, so a
+relation touching it is never judged; what is arithmetic we do not evaluate (`\\sqrt`, `5!`,
+`π`, other scripts' digits) becomes UNSUP, so its relation is unreadable, never judged either.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+
+# Token kinds.
+NUM, VAR, OP, REL, APPROX, LP, RP = "num", "var", "op", "rel", "approx", "lp", "rp"
+WORD, BREAK, NONARITH, UNSUP, NEWLINE, APPROX_WORD, SKIP = (
+    "word", "break", "nonarith", "unsup", "newline", "approx_word", "skip"
+)  # fmt: skip
+OPERAND_END = (NUM, VAR, RP)
+OPERAND_START = (NUM, VAR, LP)
+
+
+@dataclass(slots=True)
+class Token:
+    kind: str
+    math: str  # what the grammar reads ("*" for "\\times"); the source for words
+    start: int
+    end: int
+    star: bool = False  # an ASCII "*" or "**": multiplication, or markdown emphasis
+
+
+_TOKEN = re.compile(
+    r"""
+    (?P<code>```.*?(?:```|\Z)|`[^`\n]*`)
+  | (?P<tag></?[A-Za-z][A-Za-z0-9_-]*>)
+  | (?P<date>\d{4}-\d{1,2}-\d{1,2}(?!\d)|\d{1,2}/\d{1,2}/\d{2,4}(?!\d))
+  | (?P<dotted>\d+(?:\.\d+){2,})
+  | (?P<clock>\d{1,2}:\d{2}(?::\d{2})?|\d+:\d+)
+  | (?P<ellipsis>\d+(?:\.\d+)?(?:\.\.\.|…))
+  | (?P<factorial>\d+!(?!=))
+  | (?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\d,]\d)|\d+(?:\.\d+)?|\.\d+)
+  | (?P<latex>\\[A-Za-z]+|\\.)
+  | (?P<rel><=|>=|!=|==|=>|->|:=|[=<>≤≥≠≈~→⇒≅≃])
+  | (?P<op>\*\*|[-+*/^%×÷−·⋅–—])
+  | (?P<lp>[(\[{])
+  | (?P<rp>[)\]}])
+  | (?P<word>[A-Za-z]+(?:'[A-Za-z]+)?)
+  | (?P<newline>\n)
+  | (?P<space>[ \t\r\f\v$€£¥&]+)
+  | (?P<other>.)
+    """,
+    re.VERBOSE | re.DOTALL | re.ASCII,  # ASCII: `\d` is [0-9]; other scripts' digits are UNSUP
+)
+
+_REL = {"<=": "<=", ">=": ">=", "!=": "!=", "==": "=", "=": "=", "<": "<", ">": ">",
+        "≤": "<=", "≥": ">=", "≠": "!="}  # fmt: skip
+_APPROX_REL = {"≈", "~", "≅", "≃"}
+_ARROWS = {"=>", "->", "→", "⇒", ":="}
+_OP = {"**": "^", "+": "+", "-": "-", "−": "-", "*": "*", "×": "*", "·": "*", "⋅": "*",
+       "/": "/", "÷": "/", "^": "^", "%": "%"}  # fmt: skip
+
+_LATEX_OP = {"times": "*", "cdot": "*", "ast": "*", "div": "/"}
+_LATEX_REL = {"neq": "!=", "ne": "!=", "leq": "<=", "le": "<=", "leqslant": "<=",
+              "geq": ">=", "ge": ">=", "geqslant": ">=", "lt": "<", "gt": ">"}  # fmt: skip
+_LATEX_APPROX = {"approx", "sim", "simeq", "cong", "equiv", "propto"}
+_LATEX_BREAK = {"Rightarrow", "implies", "to", "rightarrow", "Longrightarrow", "iff",
+                "therefore", "because", "Leftrightarrow", "quad", "qquad"}  # fmt: skip
+_LATEX_SKIP = {"left", "right", "big", "Big", "bigg", "Bigg", "bigl", "bigr", "Bigl", "Bigr",
+               "middle", "displaystyle", "textstyle", "limits", "boxed", "fbox"}  # fmt: skip
+_LATEX_TEXT = {"text", "mathrm", "textbf", "mathbf", "textit", "mathit", "textrm", "mbox",
+               "operatorname", "textsf", "mathsf", "emph", "unit", "mathtt", "texttt"}  # fmt: skip
+_LATEX_ELLIPSIS = {"cdots", "ldots", "dots", "dotsc", "dotsb", "vdots"}
+_FRACS = {"frac", "dfrac", "tfrac", "cfrac"}
+
+# Words that turn the arithmetic they stand beside into something else.
+_APPROX_WORDS = {"approximately", "approx", "about", "around", "roughly", "nearly", "almost",
+                 "circa", "estimated", "estimate", "approximate", "rounded", "rounding",
+                 "roughy", "ish"}  # fmt: skip
+_RANGE_BEFORE = {"page", "pages", "pp", "chapter", "chapters", "section", "sections", "line",
+                 "lines", "verse", "verses", "year", "years", "age", "ages", "aged", "from",
+                 "between", "score", "scored", "won", "lost", "beat", "drew", "record", "ratio",
+                 "vote", "votes", "ranging", "range", "round", "rounds", "game", "games",
+                 "step", "steps", "items", "questions", "problems", "exercises", "grades",
+                 "grade", "room", "rooms", "seats", "finished", "ended", "went",
+                 "lead", "leading", "trailing", "final", "halftime"}  # fmt: skip
+_RANGE_AFTER = {"win", "victory", "loss", "defeat", "lead", "draw", "tie", "record", "split",
+                "vote", "majority", "score", "scoreline", "result"}  # fmt: skip
+_VERSION_WORDS = {"version", "versions", "python", "release", "java", "node", "ios", "android",
+                  "windows", "macos", "ubuntu", "gcc", "rust", "php", "ruby", "perl",
+                  "kernel", "firefox", "chrome", "v", "ver", "api", "sdk", "cuda", "torch",
+                  "numpy", "django", "debian", "fedora", "openssl"}  # fmt: skip
+_REMAINDER = {"remainder", "rem", "r", "R", "remainders"}
+# word -> operator, when the word stands between two operands ("5 plus 3 = 8").
+_WORD_OPS = {"plus": "+", "minus": "-", "times": "*"}
+# An unmapped connector right before a relation means its left side was cut by a word:
+# "4 per item times 3 = 12" must not be read as "3 = 12".
+CONNECTORS = {"plus", "minus", "times", "multiplied", "divided", "by", "of", "over", "than",
+              "less", "more", "per", "add", "added", "subtract", "subtracted", "from", "and",
+              "with", "into", "each", "sum", "product", "difference", "quotient",
+              "twice", "double", "half", "triple", "thrice"}  # fmt: skip
+
+
+def _other_kind(ch: str) -> str:
+    cat = unicodedata.category(ch)
+    # Other scripts' digits, fractions, superscripts, math symbols we do not read (√ ∑ ± π):
+    # a relation touching them is unreadable, never judged on what is left of it.
+    if cat[0] == "N" or cat == "Sm" or ch in "πθ√∞±∓":
+        return UNSUP
+    if cat[0] == "L":
+        return UNSUP if unicodedata.name(ch, "").startswith("GREEK") else WORD
+    return BREAK
+
+
+def tokenize(text: str, max_digits: int) -> list[Token]:
+    """One regex pass; spans index `text`. Numbers over `max_digits` are UNSUP (reason: limit)."""
+    out: list[Token] = []
+    add = out.append
+    for m in _TOKEN.finditer(text):
+        kind, s, e = m.lastgroup, m.start(), m.end()
+        v = m.group()
+        if kind == "space":
+            continue
+        if kind == "num":
+            digits = v.replace(",", "")
+            if len(digits) - ("." in digits) > max_digits:
+                add(Token(UNSUP, "limit", s, e))
+            else:
+                add(Token(NUM, digits, s, e))
+        elif kind == "word":
+            add(Token(VAR if len(v) == 1 else WORD, v, s, e))
+        elif kind == "op":
+            if v in "–—":  # dashes: a range between numbers, else punctuation
+                add(Token(OP if v == "–" else BREAK, v, s, e))
+            else:
+                add(Token(OP, _OP[v], s, e, star=v in ("*", "**")))
+        elif kind == "rel":
+            if v in _ARROWS:
+                add(Token(BREAK, v, s, e))
+            elif v in _APPROX_REL:
+                add(Token(APPROX, v, s, e))
+            else:
+                add(Token(REL, _REL[v], s, e))
+        elif kind == "lp":
+            add(Token(LP, "{" if v == "{" else "(", s, e))  # braces: settled in _braces
+        elif kind == "rp":
+            add(Token(RP, "}" if v == "}" else ")", s, e))
+        elif kind == "latex":
+            _latex(v, s, e, add)
+        elif kind == "newline":
+            add(Token(NEWLINE, "", s, e))
+        elif kind in ("date", "dotted", "clock", "ellipsis"):
+            add(Token(NONARITH, v, s, e))
+        elif kind == "factorial":
+            add(Token(UNSUP, "factorial", s, e))
+        elif kind in ("code", "tag"):
+            add(Token(BREAK, "", s, e))
+        else:
+            add(Token(_other_kind(v), v, s, e))
+    return out
+
+
+def _latex(v: str, s: int, e: int, add) -> None:
+    name = v[1:]
+    if name in _LATEX_OP:
+        add(Token(OP, _LATEX_OP[name], s, e))
+    elif name in _LATEX_REL:
+        add(Token(REL, _LATEX_REL[name], s, e))
+    elif name in _LATEX_APPROX:
+        add(Token(APPROX, v, s, e))
+    elif name in _FRACS:
+        add(Token(LP, "\\frac", s, e))  # settled in _braces: \frac{a}{b} -> ((a)/(b))
+    elif name in _LATEX_TEXT:
+        add(Token(SKIP, "\\text", s, e))  # its group's braces are dropped in _braces
+    elif name in _LATEX_SKIP or name in (",", ";", ":", "!", " ", "(", ")", "[", "]", "$"):
+        return
+    elif name in _LATEX_BREAK or name == "\\":
+        add(Token(BREAK, v, s, e))
+    elif name == "%":
+        add(Token(OP, "%", s, e))
+    elif name == "{":
+        add(Token(LP, "(", s, e))
+    elif name == "}":
+        add(Token(RP, ")", s, e))
+    elif name in _LATEX_ELLIPSIS:
+        add(Token(NONARITH, v, s, e))
+    else:  # \sqrt, \pi, \log, \binom, ...: mathematics we do not evaluate
+        add(Token(UNSUP, v, s, e))
+
+
+def rewrite(tokens: list[Token]) -> list[Token]:
+    """Settle what each token means from its neighbours (see the module docstring)."""
+    tokens = _braces(tokens)
+    out: list[Token] = []
+    line_start = True
+    n = len(tokens)
+    skip_next = False
+    for i, t in enumerate(tokens):
+        if skip_next:
+            skip_next = False
+            continue
+        prev = out[-1] if out else None
+        nxt = tokens[i + 1] if i + 1 < n else None
+        if t.kind == NEWLINE:
+            out.append(Token(BREAK, "", t.start, t.end))
+            line_start = True
+            continue
+        if line_start and _is_list_marker(t, nxt):
+            continue  # "- ", "* ", "1. ", "> ": markdown, not arithmetic
+        line_start = False
+        if t.kind == OP and t.star and not (_ends_operand(prev) and _starts_operand(nxt)):
+            continue  # "*" / "**" between operands multiplies / raises; else it is emphasis
+        if t.kind == OP and t.math == "–":
+            ranged = _adjacent(prev, t) and _adjacent(t, nxt) and prev.kind == nxt.kind == NUM
+            out.append(Token(NONARITH if ranged else BREAK, "–", t.start, t.end))
+            continue
+        if t.kind in (WORD, VAR):
+            meant = _word_meaning(t, prev, nxt, out)
+            if meant is not None:
+                out += meant
+                skip_next = len(meant) == 2  # a version word took its number along
+                continue
+        out.append(t)
+    out = _ranges(out)
+    out = _units_and_letters(out)
+    return out
+
+
+def _word_meaning(
+    t: Token, prev: Token | None, nxt: Token | None, out: list[Token]
+) -> list[Token] | None:
+    """What a word or letter stands for among math tokens; None: itself."""
+    word = t.math.lower()
+    if t.kind == VAR and word == "x" and _ends_operand(prev, allow_var=False) and nxt is not None:
+        spaced = prev is not None and prev.end < t.start
+        if nxt.kind == NUM or (nxt.kind == LP and spaced):
+            return [Token(OP, "*", t.start, t.end)]  # "0.2 x 50": times
+    if t.kind == WORD and word in _WORD_OPS and _ends_operand(prev) and _starts_operand(nxt):
+        return [Token(OP, _WORD_OPS[word], t.start, t.end)]  # "5 plus 3 = 8"
+    if word == "of" and _starts_operand(nxt) and _ends_fraction(out):
+        return [Token(OP, "*", t.start, t.end)]  # "20% of 50", "3/4 of 20"
+    if nxt is not None and nxt.kind == NUM:
+        if word == "v" and nxt.start == t.end:
+            return [Token(NONARITH, "version", t.start, t.end)]  # "v2.10"
+        if word in _VERSION_WORDS:
+            return [t, Token(NONARITH, "version", nxt.start, nxt.end)]  # "Python 3.11"
+        if t.math in _REMAINDER and prev is not None and prev.kind == NUM:
+            return [Token(NONARITH, "remainder", t.start, t.end)]  # "= 3 remainder 1"
+    if t.kind == WORD and word in _APPROX_WORDS:
+        return [Token(APPROX_WORD, word, t.start, t.end)]
+    return None
+
+
+def _ends_fraction(out: list[Token]) -> bool:
+    """`20%`, `(3/4)` or `3/4` just before: "of" after them multiplies."""
+    if not out:
+        return False
+    last = out[-1]
+    if last.math in ("%", ")", "))"):
+        return True
+    return last.kind == NUM and len(out) > 1 and out[-2].kind == OP and out[-2].math == "/"
+
+
+def _adjacent(a: Token | None, b: Token | None) -> bool:
+    return a is not None and b is not None and a.end == b.start
+
+
+def _ends_operand(t: Token | None, allow_var: bool = True) -> bool:
+    if t is None:
+        return False
+    return t.kind in (NUM, RP) or (allow_var and t.kind == VAR) or (t.kind == OP and t.math == "%")
+
+
+def _starts_operand(t: Token | None) -> bool:
+    return t is not None and t.kind in OPERAND_START
+
+
+def _is_list_marker(t: Token, nxt: Token | None) -> bool:
+    if t.kind == OP and t.math in ("-", "*", "+") and nxt is not None and nxt.start > t.end:
+        return True  # "- 2 + 3 = 5" is a bullet, not a minus
+    if t.kind == REL and t.math == ">" and nxt is not None and nxt.start > t.end:
+        return True  # "> quote"
+    if t.kind == NUM and nxt is not None and nxt.kind in (BREAK, RP) and nxt.start == t.end:
+        return nxt.kind == RP or nxt.math == "."  # "1. First, ..." / "2) Then ..."
+    return False
+
+
+def _braces(tokens: list[Token]) -> list[Token]:
+    """LaTeX groups: `{`/`}` are parentheses, except around `\\text{...}` (dropped) and in
+    `\\frac{a}{b}`, which becomes `((a)/(b))`."""
+    stack: list[str] = []  # the role of each open brace
+    pending: str | None = None  # the role of the next "{": "text" | "num" | "den"
+    for t in tokens:
+        if t.kind == LP and t.math == "\\frac":
+            t.math, pending = "(", "num"
+            continue
+        if t.kind == SKIP and t.math == "\\text":
+            pending = "text"
+            continue
+        if t.kind == LP and t.math == "{":
+            role, pending = pending or "group", None
+            stack.append(role)
+            if role == "text":
+                t.kind = SKIP
+            elif role == "den":
+                t.kind, t.math = OP, "/("
+            else:
+                t.math = "("
+            continue
+        if t.kind == RP and t.math == "}":
+            role = stack.pop() if stack else "group"
+            if role == "text":
+                t.kind = SKIP
+            elif role == "num":
+                t.math, pending = ")", "den"
+            else:
+                t.math = "))" if role == "den" else ")"
+            continue
+        pending = None  # `\\frac{a} b`, `\\text x`: not groups we read
+    return [t for t in tokens if t.kind != SKIP]
+
+
+def _ranges(tokens: list[Token]) -> list[Token]:
+    """`pages 10-20`, `won 3-1`, `a 3-2 win`: a hyphen between numbers is a range or a score
+    when the words around say so."""
+    out: list[Token] = []
+    i, n = 0, len(tokens)
+    while i < n:
+        t = tokens[i]
+        if (
+            t.kind == NUM
+            and i + 2 < n
+            and tokens[i + 1].kind == OP
+            and tokens[i + 1].math == "-"
+            and tokens[i + 2].kind == NUM
+            and t.end == tokens[i + 1].start
+            and tokens[i + 1].end == tokens[i + 2].start
+        ):
+            before = out[-1].math.lower() if out and out[-1].kind == WORD else ""
+            after = tokens[i + 3] if i + 3 < n else None
+            after_word = after.math.lower() if after is not None and after.kind == WORD else ""
+            if before in _RANGE_BEFORE or after_word in _RANGE_AFTER:
+                out.append(Token(NONARITH, "range", t.start, tokens[i + 2].end))
+                i += 3
+                continue
+        out.append(t)
+        i += 1
+    return out
+
+
+def _units_and_letters(tokens: list[Token]) -> list[Token]:
+    """Drop unit words (`5 apples + 3 apples`: a word run right after an operand, followed by
+    an operator, a relation or a closing parenthesis) and read single letters that stand
+    among words (`a`, `I`) as words, not variables."""
+    out: list[Token] = []
+    i, n = 0, len(tokens)
+    while i < n:
+        t = tokens[i]
+        if t.kind == WORD and out and _ends_operand(out[-1]) and out[-1].kind != VAR:
+            j = i
+            while j < n and j - i < 3 and tokens[j].kind == WORD:
+                j += 1
+            follow = tokens[j] if j < n else None
+            if follow is not None and follow.kind in (OP, REL, RP, APPROX):
+                i = j  # a unit: "10 km + 5 km", "3 hours × 60"
+                continue
+        if t.kind == VAR:
+            prev = out[-1] if out else None
+            nxt = tokens[i + 1] if i + 1 < n else None
+            if _wordish(prev) and _wordish(nxt):
+                t = Token(WORD, t.math, t.start, t.end)
+        out.append(t)
+        i += 1
+    return out
+
+
+def _wordish(t: Token | None) -> bool:
+    return t is None or t.kind in (WORD, BREAK, APPROX_WORD)

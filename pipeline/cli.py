@@ -96,6 +96,12 @@ WORKER_CLASSES = {
 }
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    from pipeline.verify import offline
+
+    return offline.run(args)
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     import asyncio
     import importlib
@@ -271,6 +277,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     runner.add_arguments(e)
     e.set_defaults(func=cmd_eval)
+
+    from pipeline.verify import offline
+
+    v = sub.add_parser(
+        "verify",
+        help="check reasoning traces offline (JSONL in, per-step and per-claim verdicts out)",
+        description=offline.__doc__,
+        epilog=offline.EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    offline.add_arguments(v)
+    v.set_defaults(func=cmd_verify)
 
     w = sub.add_parser(
         "worker",

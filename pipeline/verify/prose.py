@@ -284,8 +284,10 @@ def _bare_answers(
             stop = re.search(r"(?:\.(?!\d)|[,;\n]|\*\*|$)", step[start:])
             end = start + (stop.start() if stop else len(step) - start)
         value = step[start:end]
-        if not value.strip() or any(c.span[0] <= start < c.span[1] for c in found):
+        if not value.strip() or any(c.span[0] <= start < c.span[1] for c in [*found, *out]):
             continue
+        if "\\boxed" in value:
+            continue  # "The answer is \\boxed{5}": the box is read on its own
         if any(ch in value for ch in "=<>≤≥≠"):
             continue  # a relation: read as one already
         tokens = [t for t in rewrite(tokenize(value, limits.max_digits)) if t.kind != BREAK]

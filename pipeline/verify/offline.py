@@ -1,0 +1,196 @@
+"""`stepwise verify`: check reasoning traces offline, from any model or server.
+
+Input: JSONL (a file, or `-` for stdin), one trace per line:
+
+    {"id": "t1", "problem": "What is 12 * 7?", "steps": ["12 * 7 = 10 * 7 + 2 * 7", "= 84"]}
+    {"id": "t2", "problem": "...", "text": "<think>\\n...\\n</think>\\n\\nThe answer is 5.",
+     "format": "deepseek_r1"}
+
+Optional: `premises` (relations the verifier may assume), `format` (how `text` splits into
+steps: a reasoning format's name, see docs/reasoning-formats.md; default: paragraphs when the
+text has blank lines, else lines). Each step is checked after the ones before it (a
+contradicted step is not kept as known). Output: one JSON line per trace, in input order:
+
+    {"id": "t1", "verdicts": [{"verdict": "entailed", "reason": "", "detail": "",
+      "claims": [{"text": "12 * 7 = 10 * 7 + 2 * 7", "span": [0, 23], "verdict": "entailed",
+                  "reason": ""}]}, ...], "coverage": {...}}
+
+A bad line gets `{"id": ..., "line": N, "error": "..."}` and the rest go on. Exit code 0
+unless the input cannot be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from typing import IO, Any
+
+from pipeline.verify.checker import CONTRADICTED, Checker, StepVerdict
+from pipeline.verify.coverage import Tally
+
+MAX_STEPS = 4096  # per trace
+MAX_LINE_BYTES = 8 << 20
+
+
+class TraceError(ValueError):
+    """A trace line the verifier cannot take."""
+
+
+def split_text(text: str, format_name: str | None) -> list[str]:
+    """The steps of a whole completion: by the format's delimiter, markers stripped."""
+    if format_name:
+        from pipeline.formats import get_format
+
+        fmt = get_format(format_name)
+        delimiter = fmt.step_delimiter
+        text = fmt.strip_markers(text)
+    else:
+        delimiter = "\n\n" if "\n\n" in text.strip() else "\n"
+    return [s.strip() for s in text.split(delimiter) if s.strip()]
+
+
+def read_trace(line: str) -> dict[str, Any]:
+    """A validated trace from one input line; TraceError with the reason otherwise."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise TraceError(f"not JSON: {e.msg} at column {e.colno}") from None
+    if not isinstance(obj, dict):
+        raise TraceError("a trace must be a JSON object")
+    if not isinstance(obj.get("id"), str) or not obj["id"]:
+        raise TraceError("`id` must be a non-empty string")
+    problem = obj.get("problem", "")
+    if not isinstance(problem, str):
+        raise TraceError("`problem` must be a string")
+    premises = obj.get("premises", [])
+    if not isinstance(premises, list) or not all(isinstance(p, str) for p in premises):
+        raise TraceError("`premises` must be a list of strings")
+    fmt = obj.get("format")
+    if fmt is not None and not isinstance(fmt, str):
+        raise TraceError("`format` must be a string")
+    if "steps" in obj:
+        steps = obj["steps"]
+        if not isinstance(steps, list) or not all(isinstance(s, str) for s in steps):
+            raise TraceError("`steps` must be a list of strings")
+    elif isinstance(obj.get("text"), str):
+        try:
+            steps = split_text(obj["text"], fmt)
+        except ValueError as e:  # an unknown format name
+            raise TraceError(str(e)) from None
+    else:
+        raise TraceError("a trace needs `steps` (a list of strings) or `text` (a string)")
+    if len(steps) > MAX_STEPS:
+        raise TraceError(f"more than {MAX_STEPS} steps")
+    return {"id": obj["id"], "problem": problem, "premises": premises, "steps": steps}
+
+
+def verdict_json(v: StepVerdict) -> dict[str, Any]:
+    return {
+        "verdict": v.verdict,
+        "reason": v.reason,
+        "detail": v.detail,
+        "claims": [
+            {"text": c.text, "span": list(c.span), "verdict": c.verdict, "reason": c.reason}
+            for c in v.claims
+        ],
+    }
+
+
+def check_trace(trace: dict[str, Any], timeout_ms: int = 200) -> list[StepVerdict]:
+    """Each step checked after the accepted ones before it (a contradicted one is dropped)."""
+    checker = Checker(trace["premises"], trace["problem"], timeout_ms=timeout_ms)
+    verdicts = []
+    for step in trace["steps"]:
+        v = checker.check(step)
+        verdicts.append(v)
+        if v.verdict != CONTRADICTED:
+            checker.accept(step)
+    return verdicts
+
+
+def verify_lines(lines: Iterable[str], timeout_ms: int = 200) -> Iterator[dict[str, Any]]:
+    """One output object per non-blank input line, in order."""
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            if len(line) > MAX_LINE_BYTES:
+                raise TraceError(f"line longer than {MAX_LINE_BYTES} bytes")
+            trace = read_trace(line)
+        except TraceError as e:
+            yield {"id": _id_of(line), "line": number, "error": str(e)}
+            continue
+        verdicts = check_trace(trace, timeout_ms)
+        tally = Tally()
+        chain = []
+        for v in verdicts:
+            claims = [(c.verdict, c.reason) for c in v.claims]
+            tally.add_check(claims)
+            chain.append((v.verdict, claims))
+        yield {
+            "id": trace["id"],
+            "verdicts": [verdict_json(v) for v in verdicts],
+            "coverage": tally.report(chain),
+        }
+
+
+def _id_of(line: str) -> str | None:
+    try:
+        obj = json.loads(line)
+    except (json.JSONDecodeError, RecursionError):
+        return None
+    value = obj.get("id") if isinstance(obj, dict) else None
+    return value if isinstance(value, str) else None
+
+
+EPILOG = """example:
+  $ cat traces.jsonl
+  {"id": "a", "problem": "What is 12 * 7?", "steps": ["So 12 × 7 = 86.", "The answer is 86."]}
+  $ stepwise verify traces.jsonl
+  {"id": "a", "verdicts": [{"verdict": "contradicted", "reason": "", "detail": "12 × 7 = 86 is
+   false", "claims": [{"text": "12 × 7 = 86", "span": [3, 14], "verdict": "contradicted",
+   "reason": ""}]}, ...], "coverage": {...}}
+
+verdicts: entailed (implied by the problem, premises and earlier steps), contradicted
+(refuted), consistent (neither), no_claim (nothing checkable), unknown (unreadable piece,
+limit or solver timeout; `reason` says which). docs/verification.md says what is read.
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("input", help="JSONL file of traces, or - for stdin")
+    parser.add_argument(
+        "--timeout-ms", type=int, default=200, help="solver time per step (default 200)"
+    )
+    parser.add_argument(
+        "--stats", action="store_true", help="print traces, steps and checks/s to stderr"
+    )
+
+
+def run(args: argparse.Namespace, stdout: IO[str] | None = None) -> int:
+    out = stdout or sys.stdout
+    try:
+        stream = sys.stdin if args.input == "-" else open(args.input, encoding="utf-8")  # noqa: SIM115
+    except OSError as e:
+        print(f"stepwise verify: cannot read {args.input}: {e.strerror}", file=sys.stderr)
+        return 1
+    t0, traces, steps = time.perf_counter(), 0, 0
+    try:
+        for obj in verify_lines(stream, args.timeout_ms):
+            traces += 1
+            steps += len(obj.get("verdicts", ()))
+            out.write(json.dumps(obj, ensure_ascii=False) + "\n")
+            out.flush()
+    except (OSError, UnicodeDecodeError) as e:
+        print(f"stepwise verify: cannot read {args.input}: {e}", file=sys.stderr)
+        return 1
+    finally:
+        if stream is not sys.stdin:
+            stream.close()
+    if args.stats:
+        dt = max(time.perf_counter() - t0, 1e-9)
+        print(f"{traces} traces, {steps} steps, {steps / dt:.0f} checks/s", file=sys.stderr)
+    return 0

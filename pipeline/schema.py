@@ -168,6 +168,9 @@ class PrefillTask(msgspec.Struct, kw_only=True):
     user: Name = "default"
     model: str
     token_ids: list[NonNeg]
+    # The user's question (the prompt, or the last user message): the verifier's premise
+    # source, never the rendered chat template.
+    problem: str = ""
     premises: list[str] = []
     params: JobParams = msgspec.field(default_factory=JobParams)
     slo: SLO = msgspec.field(default_factory=SLO)
@@ -215,6 +218,35 @@ class Handoff(PrefillTask, kw_only=True):
 # -- outputs: events, results, dead letters ---------------------------------------------------
 
 
+ClaimVerdictName = Literal["entailed", "contradicted", "consistent", "unknown"]
+
+
+class ClaimInfo(msgspec.Struct, kw_only=True):
+    """One claim of a checked step: where it is in the step's text, and its verdict."""
+
+    text: str
+    span: tuple[NonNeg, NonNeg]  # [start, end) in the step's text
+    verdict: ClaimVerdictName
+    reason: str = ""  # with unknown: unparseable | unsupported | limit | timeout | ...
+
+
+class VerificationReport(msgspec.Struct, kw_only=True):
+    """What a job's verification covered (pipeline/verify/coverage.py). Claims count every
+    check made, rolled-back attempts too; steps count the kept chain."""
+
+    status: Literal["off", "verified", "partial", "nothing_checkable"] = "off"
+    checks: NonNeg = 0
+    claims: NonNeg = 0
+    entailed: NonNeg = 0
+    contradicted: NonNeg = 0
+    consistent: NonNeg = 0
+    unknown: NonNeg = 0  # read, undecided
+    unreadable: NonNeg = 0  # not read: unparseable, unsupported, limit
+    steps: NonNeg = 0
+    steps_checkable: NonNeg = 0  # kept steps with at least one claim that could be read
+    checkable_share: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.0
+
+
 class Event(msgspec.Struct, kw_only=True):
     """One streamed event of a job; `seq` counts from 0 without gaps per job."""
 
@@ -226,12 +258,15 @@ class Event(msgspec.Struct, kw_only=True):
     text: str = ""
     verdict: Verdict | None = None
     detail: str = ""
+    claims: list[ClaimInfo] = []  # verdict events: the step's claims
+    verification: VerificationReport | None = None  # the final event: what was covered
     ts_ms: NonNeg
 
 
 class StepRecord(msgspec.Struct, kw_only=True):
     text: str
     verdict: Verdict = "unverified"
+    claims: list[ClaimInfo] = []
 
 
 class Usage(msgspec.Struct, kw_only=True):
@@ -280,6 +315,9 @@ class Result(msgspec.Struct, kw_only=True):
     usage: Usage = msgspec.field(default_factory=Usage)
     timings: Timings = msgspec.field(default_factory=Timings)
     budget: BudgetReport = msgspec.field(default_factory=BudgetReport)
+    verification: VerificationReport | None = None  # None: not a decoded job (cached, error)
+    reasoning: str | None = None  # the thinking, markers stripped (the format's split)
+    content: str | None = None  # what follows the thinking: OpenAI's `content`
     error: ErrorInfo | None = None
     ts_ms: NonNeg
 
@@ -295,7 +333,7 @@ class VerifyRequest(msgspec.Struct, kw_only=True):
     key: Annotated[str, Meta(max_length=64)]  # the step attempt the verdict answers
     step: NonNeg
     text: str
-    problem: str = ""  # the prompt's text: its equations are premises
+    problem: str = ""  # the user's question: its equations are premises
     premises: list[str] = []
     accepted: list[str] = []  # the chain's earlier steps
     reply_stream: str  # Redis stream of the decode worker that asked
@@ -312,6 +350,7 @@ class VerdictMessage(msgspec.Struct, kw_only=True):
     verdict: Verdict
     reason: str = ""  # for unknown: limit, unparseable, timeout, ...
     detail: str = ""
+    claims: list[ClaimInfo] = []
     check_ms: Millis = 0.0
     worker: str = ""
 

@@ -27,7 +27,7 @@ class JobRun:
 
     handoff: schema.Handoff
     driver: ReasoningDriver
-    problem: str  # the prompt's text, for the verifier (its equations are premises)
+    problem: str  # the user's question, for the verifier (its equations are premises)
     reply_stream: str  # where this worker reads verdicts
     started_ms: int
     step_key: str | None = None  # step-cache key of a reproducible job (pipeline/cache.py)
@@ -91,7 +91,7 @@ def outward(
             events.append(run.event("step", now_ms, step=o.step, text=o.text))
         else:
             kw = {"step": o.step, "text": o.text, "verdict": o.verdict, "detail": o.detail}
-            events.append(run.event(o.kind, now_ms, **kw))
+            events.append(run.event(o.kind, now_ms, claims=claim_infos(o.claims), **kw))
     return events, requests
 
 
@@ -109,7 +109,10 @@ def finish(
     failed = seq.finish_reason == "error"
     if failed:
         answer, stop = None, "error"
-    events.append(run.event("final", now_ms, text=answer or "", detail=stop))
+    verification = schema.VerificationReport(**r.coverage())
+    events.append(
+        run.event("final", now_ms, text=answer or "", detail=stop, verification=verification)
+    )
     start = h.created_ms or h.admitted_ms
     result = schema.Result(
         id=h.id,
@@ -125,7 +128,7 @@ def finish(
         model=h.model,
         answer=answer,
         text=text,
-        steps=[schema.StepRecord(text=s.text, verdict=s.verdict or "unknown") for s in r.chain],  # type: ignore[arg-type]
+        steps=[step_record(s) for s in r.chain],
         usage=schema.Usage(
             prompt_tokens=seq.num_prompt_tokens,
             completion_tokens=seq.num_output_tokens,
@@ -145,6 +148,21 @@ def finish(
             used=run.driver.tokens_spent(),
             stop_reason=stop,  # type: ignore[arg-type]
         ),
+        verification=verification,
         ts_ms=now_ms,
     )
     return events, result
+
+
+def step_record(step) -> schema.StepRecord:
+    verdict = step.verdict or "unknown"
+    return schema.StepRecord(text=step.text, verdict=verdict, claims=claim_infos(step.claims))
+
+
+def claim_infos(claims) -> list[schema.ClaimInfo]:
+    """The verifier's claims as wire structs (they arrive as ClaimInfo from Celery)."""
+    return [
+        c if isinstance(c, schema.ClaimInfo)
+        else schema.ClaimInfo(text=c.text, span=tuple(c.span), verdict=c.verdict, reason=c.reason)
+        for c in claims
+    ]  # fmt: skip

@@ -160,10 +160,12 @@ class ReasoningDriver:
             notes += r.on_unchecked_step(start, seq.num_tokens, text)
         return [n for n in notes if isinstance(n, Note)]
 
-    def verdict(self, key: str, verdict: str, detail: str, now_s: float) -> list[Outward]:
+    def verdict(
+        self, key: str, verdict: str, detail: str, now_s: float, claims=()
+    ) -> list[Outward]:
         if self.seq.is_finished:
             return []
-        return self._apply(self.reasoner.on_verdict(key, verdict, detail, now_s))
+        return self._apply(self.reasoner.on_verdict(key, verdict, detail, now_s, claims))
 
     def _apply(self, actions: list[Action]) -> list[Outward]:
         engine, seq, rid = self.engine, self.seq, self.seq.request_id

@@ -111,7 +111,10 @@ class DecodeCore:
             run = self.runs.get(v.id)
             if run is not None:  # else: a job that finished or moved on
                 try:
-                    emit(run, run.driver.verdict(v.key, v.verdict, v.detail or v.reason, now_s))
+                    outs = run.driver.verdict(
+                        v.key, v.verdict, v.detail or v.reason, now_s, v.claims
+                    )
+                    emit(run, outs)
                 except Exception:
                     self._fail(run)
         live_runs = []
@@ -182,7 +185,8 @@ class DecodeCore:
             self.num_reprefills += 1
             seq = engine.add(Request(h.id, list(h.token_ids), params))
         driver = ReasoningDriver(engine, seq, reasoning)
-        problem = engine.tokenizer.decode(h.token_ids)
+        # The user's question, never the rendered template (older producers: the prompt).
+        problem = h.problem or engine.tokenizer.decode(h.token_ids)
         run = JobRun(h, driver, problem, self.verdict_stream, now_ms())
         # Steps enter the step cache only with a verdict, under a key that holds the verify
         # mode: a job that verifies nothing can find none, so it never asks.

@@ -34,11 +34,15 @@ so far is verified, the job ends with that answer (`stop_reason` early_exit).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline.verify.coverage import Tally
 
 VERIFY_MODES = ("off", "async", "strict")
 CONTRADICTED = "contradicted"
+VERIFIED = ("entailed", "consistent")  # a step whose claims the verifier read and did not refute
 UNVERIFIED = "unverified"
 _MASK63 = (1 << 63) - 1
 
@@ -86,6 +90,7 @@ class Step:
     sent_s: float = 0.0
     verdict: str | None = None  # None: the verdict is pending
     detail: str = ""
+    claims: Sequence[Any] = ()  # the verifier's per-claim verdicts (.verdict, .reason, spans)
 
 
 # -- what the machine asks for -------------------------------------------------------------
@@ -130,6 +135,7 @@ class Note:
     text: str = ""
     verdict: str | None = None
     detail: str = ""
+    claims: Sequence[Any] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +204,7 @@ class Reasoner:
     # An exit the probes agreed on, waiting for verdicts: (probe key, step key, position,
     # answer, why).
     exit_candidate: tuple[str, str, int, str, str] | None = None
+    tally: Tally = field(default_factory=Tally)  # every check's claims, for the coverage report
     _attempts: int = 0
 
     def __post_init__(self) -> None:
@@ -314,7 +321,7 @@ class Reasoner:
         if index is None:  # its step was rolled back
             self.exit_candidate = None
             return []
-        if any(s.verdict in (None, CONTRADICTED) for s in self.chain[: index + 1]):
+        if not self._verified_up_to(index):
             return []
         self.exit_candidate = None
         dropped = len(self.chain) > index + 1  # steps decoded while the probe ran
@@ -323,6 +330,23 @@ class Reasoner:
         text = f"{self.config.answer_cue} {answer}"
         notes = [Note("backtrack", index + 1, text, None, f"early exit: {why}")] if dropped else []
         return [*notes, ExitWith(position, key)]
+
+    def _verified_up_to(self, index: int) -> bool:
+        """Every step up to `index` has its verdict, none refuted, none unknown (its claims
+        were not checked); with verification on, at least one was actually verified. Steps
+        with nothing to check (no_claim) pass, but cannot verify an exit on their own."""
+        verdicts = [s.verdict for s in self.chain[: index + 1]]
+        if any(v in (None, CONTRADICTED) for v in verdicts):
+            return False
+        if not self.verifying:
+            return True
+        return "unknown" not in verdicts and any(v in VERIFIED for v in verdicts)
+
+    def coverage(self) -> dict:
+        """What verification covered: the tally of every check, the kept chain's steps."""
+        chain = [(s.verdict or "unknown", [(c.verdict, c.reason) for c in s.claims])
+                 for s in self.chain]  # fmt: skip
+        return self.tally.report(chain, "on" if self.verifying else "off")
 
     def on_cached_step(self, start: int, end: int, text: str, verdict: str) -> list[Action]:
         """A step spliced in from the step cache: verified before, so it is not checked again."""
@@ -366,13 +390,17 @@ class Reasoner:
         self.held_finish = reason
         return actions + self._maybe_finish()
 
-    def on_verdict(self, key: str, verdict: str, detail: str, now_s: float) -> list[Action]:
+    def on_verdict(
+        self, key: str, verdict: str, detail: str, now_s: float, claims: Sequence[Any] = ()
+    ) -> list[Action]:
         """A verdict for the attempt `key`; one for a step no longer in the chain is ignored."""
         step = next((s for s in self.chain if s.key == key), None)
         if step is None or step.verdict is not None or self.finished:
             return []
-        step.verdict, step.detail = verdict, detail
-        actions: list[Action] = [Note("verdict", step.index, step.text, verdict, detail)]
+        step.verdict, step.detail, step.claims = verdict, detail, tuple(claims)
+        self.tally.add_check((c.verdict, c.reason) for c in step.claims)
+        note = Note("verdict", step.index, step.text, verdict, detail, step.claims)
+        actions: list[Action] = [note]
         if verdict == CONTRADICTED and self.phase == "wait_answer":
             # No budget left to resample: the answer comes from the chain before this step.
             self.num_backtracks += 1  # one backtrack event, one backtrack

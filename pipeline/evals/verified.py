@@ -85,10 +85,10 @@ def generate_verified(
         for fut in [f for f in inflight if f.done()]:
             d, key = inflight.pop(fut)
             try:
-                verdict, detail = fut.result()
+                verdict, detail, claims = fut.result()
             except Exception as e:  # a crashed check is an unknown verdict, not a crashed eval
-                verdict, detail = "unknown", f"checker error: {e!r}"
-            send(d, d.verdict(key, verdict, detail, now))
+                verdict, detail, claims = "unknown", f"checker error: {e!r}", ()
+            send(d, d.verdict(key, verdict, detail, now, claims))
         if stats is not None:
             finish = stats.setdefault("finish_s", [0.0] * len(drivers))
             for d in live:

@@ -43,6 +43,15 @@ class IngestCore:
             return self.tokenizer.apply_chat_template([{"role": "user", "content": job.prompt}])
         return self.tokenizer.encode(job.prompt or "")
 
+    @staticmethod
+    def question(job: schema.Job) -> str:
+        """The user's question: the prompt, or the last user message (what the verifier reads
+        premises from; a rendered chat template would bury them)."""
+        if job.messages is None:
+            return job.prompt or ""
+        users = [m.content for m in job.messages if m.role == "user"]
+        return users[-1] if users else ""
+
     def admit(self, job: schema.Job, now_ms: int) -> schema.PrefillTask:
         """The PrefillTask for a valid job; PromptTooLongError if it cannot fit the context."""
         token_ids = self.tokenize(job)
@@ -63,6 +72,7 @@ class IngestCore:
             user=job.user,
             model=job.model or self.model_name,
             token_ids=token_ids,
+            problem=self.question(job),
             premises=list(job.premises),
             params=params,
             slo=job.slo,

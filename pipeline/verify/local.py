@@ -13,11 +13,11 @@ from concurrent.futures import Future, ProcessPoolExecutor
 
 
 def check(problem: str, premises: Sequence[str], accepted: Sequence[str], step: str):
-    """(verdict, detail) of one step; runs in the checker process."""
+    """(verdict, detail, claims) of one step; runs in the checker process."""
     from pipeline.verify.checker import check_step
 
     v = check_step(problem, premises, accepted, step)
-    return v.verdict, v.detail or v.reason
+    return v.verdict, v.detail or v.reason, v.claims
 
 
 class LocalVerifier:

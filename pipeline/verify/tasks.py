@@ -73,6 +73,14 @@ def _worker_name() -> str:
     return f"verify-{socket.gethostname()}-{os.getpid()}"
 
 
+def claim_infos(v) -> list[schema.ClaimInfo]:
+    """A StepVerdict's claims as wire structs."""
+    return [
+        schema.ClaimInfo(text=c.text, span=c.span, verdict=c.verdict, reason=c.reason)
+        for c in v.claims
+    ]
+
+
 def run_check(req: schema.VerifyRequest) -> schema.VerdictMessage:
     """The check itself (no Celery, no Redis): what the task computes."""
     from pipeline.verify.checker import check_step
@@ -83,8 +91,9 @@ def run_check(req: schema.VerifyRequest) -> schema.VerdictMessage:
             req.problem, req.premises, req.accepted, req.text, timeout_ms=CHECK_TIMEOUT_MS
         )
         verdict, reason, detail = v.verdict, v.reason, v.detail
+        claims = claim_infos(v)
     except SoftTimeLimitExceeded:
-        verdict, reason, detail = "unknown", "timeout", "task time limit"
+        verdict, reason, detail, claims = "unknown", "timeout", "task time limit", []
     return schema.VerdictMessage(
         id=req.id,
         key=req.key,
@@ -92,6 +101,7 @@ def run_check(req: schema.VerifyRequest) -> schema.VerdictMessage:
         verdict=verdict,  # type: ignore[arg-type]
         reason=reason,
         detail=detail,
+        claims=claims,
         check_ms=(time.perf_counter() - t0) * 1000,
         worker=_worker_name(),
     )

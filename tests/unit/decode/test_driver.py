@@ -27,7 +27,7 @@ class ScriptedVerifier:
         self.calls.append((index, step_text))
         fut: Future = Future()
         bad = self.reject(index, step_text, n)
-        fut.set_result(("contradicted", "scripted") if bad else ("entailed", ""))
+        fut.set_result(("contradicted", "scripted", ()) if bad else ("entailed", "", ()))
         return fut
 
 

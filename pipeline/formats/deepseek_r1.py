@@ -1,0 +1,17 @@
+"""DeepSeek-R1 (and its distills): the chat template opens the thinking.
+
+The template ends the generation prompt with `<think>\\n`, so the model never writes the start
+marker; without a prompt to look at, the generation is taken to start inside thinking too. A
+`<think>` the model writes anyway is dropped; with no `</think>` ever, everything is reasoning
+and the content is "" (vLLM's behaviour for R1).
+"""
+
+from __future__ import annotations
+
+from pipeline.formats.registry import register_format
+from pipeline.formats.think_tags import ThinkTagFormat
+
+
+@register_format("deepseek_r1")
+class DeepSeekR1Format(ThinkTagFormat):
+    starts_in_thinking = True

@@ -462,11 +462,6 @@ def clear_parse_cache() -> None:
     _extract.cache_clear()
 
 
-# Free text splits at words of two or more letters (never part of an expression), at
-# punctuation that never is either, and at a sentence-ending period.
-_PROSE_SPLIT = re.compile(r"[A-Za-z]{2,}|[,;:?!](?!=)|\.(?![0-9])|[^\x20-\x7e×÷−≤≥≠]")
-
-
 # The variable that stands for the asked value of "Compute <expr>." style questions.
 QUESTION_VAR = "A"
 _ASKED = (
@@ -501,23 +496,12 @@ def extract_premises(text: str, limits: ClaimLimits = DEFAULT_LIMITS) -> list[Re
     """The relations stated in free text (a problem statement); the rest is ignored.
 
     `Solve the system: 4x + y = 33, 2x - y = 3.` -> [4x + y = 33, 2x - y = 3];
+    `Solve $6x + 9 = 45$.` -> [6x + 9 = 45] (read like a step: see prose.py);
     `Compute (7 + 8) * 3.` -> [A = (7 + 8) * 3] (see `question_premise`). Never raises.
     """
     asked = question_premise(text, limits)
     if asked is not None:
         return [asked]
-    premises: list[Relation] = []
-    try:
-        for piece in _PROSE_SPLIT.split(text[: limits.max_step_chars * 4]):
-            if not _HAS_RELATION.search(piece):
-                continue
-            try:
-                rels = _parse_chain(piece.strip(), limits)
-            except ClaimError:
-                continue
-            premises.extend(rels)
-            if len(premises) >= limits.max_premises:
-                return premises[: limits.max_premises]
-    except Exception:  # noqa: BLE001 - free text must never break a job
-        return premises
-    return premises
+    from pipeline.verify.prose import find_claims, relations  # (prose imports this module)
+
+    return relations(find_claims(text[: limits.max_step_chars], limits))[: limits.max_premises]

@@ -65,6 +65,13 @@ class FoundClaim:
 
 
 _GSM = re.compile(r"<<(.*?)>>")
+_FENCE = re.compile(r"```.*?(?:```|\Z)", re.DOTALL)
+# A relation said in words (prose_words.py): only such lines are tokenized without a symbol.
+_SAID = re.compile(
+    r"\b(?:is|equals?|makes|gives|leaves|yields|totals|are|was|were|comes|gets?)\s+(?:equal\s+"
+    r"to\s+|exactly\s+)?[$(]?[0-9]",
+    re.IGNORECASE,
+)
 _ANSWER = re.compile(
     r"(?:\banswer\s*(?:is|:)\s*\**\s*:?\s*|^\s*#{4}\s*|\\boxed\s*\{)", re.IGNORECASE | re.MULTILINE
 )
@@ -91,6 +98,8 @@ def find_claims(
 def _find(step: str, limits: ClaimLimits, answer_var: str | None) -> tuple[FoundClaim, ...]:
     found: list[FoundClaim] = []
     offset = 0
+    if "```" in step:  # code is not a claim (`x = x + 1`); blanked, offsets kept
+        step = _FENCE.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), step)
     for line in step.splitlines(keepends=True):
         if "<<" in line:  # GSM8K: the annotations are the claims; the rest repeats them
             found += _gsm_line(step, line, offset, limits)
@@ -134,8 +143,8 @@ def _gsm_line(step: str, line: str, offset: int, limits: ClaimLimits) -> list[Fo
 
 def _claims_in(step: str, start: int, end: int, limits: ClaimLimits) -> list[FoundClaim]:
     text = step[start:end]
-    if not any(ch in text for ch in "=<>≤≥≠") and "\\" not in text:
-        return []  # no relation symbol, not even a LaTeX one: nothing to read (the fast path)
+    if not any(ch in text for ch in "=<>≤≥≠") and "\\" not in text and not _SAID.search(text):
+        return []  # no relation, in symbols, LaTeX or words: nothing to read (the fast path)
     tokens = rewrite(tokenize(text, limits.max_digits))
     for t in tokens:
         t.start += start

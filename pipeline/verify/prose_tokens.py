@@ -44,6 +44,7 @@ _TOKEN = re.compile(
   | (?P<clock>\d{1,2}:\d{2}(?::\d{2})?|\d+:\d+)
   | (?P<ellipsis>\d+(?:\.\d+)?(?:\.\.\.|…))
   | (?P<factorial>\d+!(?!=))
+  | (?P<sup>[⁰¹²³⁴⁵⁶⁷⁸⁹]+)
   | (?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\d,]\d)|\d+(?:\.\d+)?|\.\d+)
   | (?P<latex>\\[A-Za-z]+|\\.)
   | (?P<rel><=|>=|!=|==|=>|->|:=|[=<>≤≥≠≈~→⇒≅≃])
@@ -58,6 +59,7 @@ _TOKEN = re.compile(
     re.VERBOSE | re.DOTALL | re.ASCII,  # ASCII: `\d` is [0-9]; other scripts' digits are UNSUP
 )
 
+_SUPERSCRIPTS = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹", "0123456789")
 _REL = {"<=": "<=", ">=": ">=", "!=": "!=", "==": "=", "=": "=", "<": "<", ">": ">",
         "≤": "<=", "≥": ">=", "≠": "!="}  # fmt: skip
 _APPROX_REL = {"≈", "~", "≅", "≃"}
@@ -134,6 +136,9 @@ def tokenize(text: str, max_digits: int) -> list[Token]:
                 add(Token(NUM, digits, s, e))
         elif kind == "word":
             add(Token(VAR if len(v) == 1 else WORD, v, s, e))
+        elif kind == "sup":  # "10²" is 10^2 (and "m²" a unit: see _units_and_letters)
+            add(Token(OP, "^", s, s))
+            add(Token(NUM, v.translate(_SUPERSCRIPTS), s, e))
         elif kind == "op":
             if v in "–—":  # dashes: a range between numbers, else punctuation
                 add(Token(OP if v == "–" else BREAK, v, s, e))
@@ -226,6 +231,9 @@ def rewrite(tokens: list[Token]) -> list[Token]:
                 skip_next = len(meant) == 2  # a version word took its number along
                 continue
         out.append(t)
+    from pipeline.verify.prose_words import words_to_math  # (it imports this module's kinds)
+
+    out = words_to_math(out)
     out = _ranges(out)
     out = _units_and_letters(out)
     return out
@@ -362,12 +370,17 @@ def _units_and_letters(tokens: list[Token]) -> list[Token]:
     while i < n:
         t = tokens[i]
         if t.kind == WORD and out and _ends_operand(out[-1]) and out[-1].kind != VAR:
-            j = i
+            j = _unit_end(tokens, i + 1)
             while j < n and j - i < 3 and tokens[j].kind == WORD:
-                j += 1
+                j = _unit_end(tokens, j + 1)
             follow = tokens[j] if j < n else None
             if follow is not None and follow.kind in (OP, REL, RP, APPROX):
                 i = j  # a unit: "10 km + 5 km", "3 hours × 60"
+                continue
+        if t.kind == VAR and t.math not in _VAR_LETTERS and out and out[-1].kind == NUM:
+            nxt = tokens[i + 1] if i + 1 < n else None
+            if out[-1].end < t.start and (nxt is None or nxt.kind not in (NUM, LP, VAR)):
+                i = _unit_end(tokens, i + 1)  # "1600 m", "2.5 g", "28 km/h", "14.7 m²"
                 continue
         if t.kind == VAR:
             prev = out[-1] if out else None
@@ -377,6 +390,21 @@ def _units_and_letters(tokens: list[Token]) -> list[Token]:
         out.append(t)
         i += 1
     return out
+
+
+_VAR_LETTERS = frozenset("xyznabpqk")  # letters that are more often variables than units
+
+
+def _unit_end(tokens: list[Token], j: int) -> int:
+    """Past a unit's tail: "²" / "^2" right after it, or "/h" ("km/h")."""
+    if j + 1 >= len(tokens) or tokens[j].kind != OP or tokens[j].start != tokens[j - 1].end:
+        return j
+    if tokens[j].math == "^":
+        return j + 2
+    tail = tokens[j + 1]
+    if tokens[j].math == "/" and tail.kind in (WORD, VAR) and tail.start == tokens[j].end:
+        return j + 2
+    return j
 
 
 def _wordish(t: Token | None) -> bool:

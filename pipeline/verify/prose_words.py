@@ -1,0 +1,144 @@
+"""Arithmetic said in words: `12 times 7 is 84`, `half of 48 is 24`, `the sum of 5 and 8 is 13`.
+
+A pass over the claim finder's tokens (prose_tokens.py) that turns a few fixed phrases into
+operators and relations, each synthetic token keeping the span of the words it stands for.
+It reads a verb as `=` only after a computation (an operator since the last word or break:
+`84 + 16 is 100`, not `Step 3 is 4 × 5`) and before a number, so a sentence that merely
+mentions numbers makes no claim.
+"""
+
+from __future__ import annotations
+
+from pipeline.verify.prose_tokens import BREAK, LP, NUM, OP, REL, RP, VAR, WORD, Token
+
+_IS = {"is", "equals", "makes", "gives", "leaves", "yields", "totals", "are", "was", "were",
+       "comes", "get", "gets"}  # fmt: skip
+_BY = {"divided": "/", "multiplied": "*"}  # "... divided by 12"
+_FRACTION_OF = {"half": (1, 2), "third": (1, 3), "quarter": (1, 4), "fifth": (1, 5),
+                "tenth": (1, 10)}  # fmt: skip
+_TIMES_OF = {"twice": 2, "double": 2, "triple": 3, "thrice": 3}
+_WORD_OPS = {"plus": "+", "minus": "-", "times": "*"}
+_PAIR_OF = {"sum": "+", "total": "+", "product": "*", "difference": "-"}
+
+
+def _w(t: Token | None) -> str:
+    return t.math.lower() if t is not None and t.kind in (WORD, VAR) else ""
+
+
+def _synthetic(kinds_maths: list[tuple[str, str]], start: int, end: int) -> list[Token]:
+    return [Token(k, m, start, end) for k, m in kinds_maths]
+
+
+_NUMBERS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen "
+            "fourteen fifteen sixteen seventeen eighteen nineteen twenty")  # fmt: skip
+_NUMBER_WORDS = {w: i for i, w in enumerate(_NUMBERS.split())}  # noqa: SIM905
+_ARITH_WORDS = {"times", "plus", "minus", "dozen", "divided", "multiplied", "of"}
+
+
+def _number_words(tokens: list[Token]) -> list[Token]:
+    """`seven times eight`: a number word next to an arithmetic word is a number."""
+    out = list(tokens)
+    for i, t in enumerate(tokens):
+        w = _w(t)
+        if w not in _NUMBER_WORDS:
+            continue
+        near = {_w(tokens[j]) for j in (i - 1, i + 1) if 0 <= j < len(tokens)}
+        if near & (_ARITH_WORDS - {"of"}) or (w != "one" and "dozen" in near):
+            out[i] = Token(NUM, str(_NUMBER_WORDS[w]), t.start, t.end)
+    return out
+
+
+def words_to_math(tokens: list[Token]) -> list[Token]:
+    tokens = _number_words(tokens)
+    out: list[Token] = []
+    i, n = 0, len(tokens)
+    while i < n:
+        t, w = tokens[i], _w(tokens[i])
+        nxt = tokens[i + 1] if i + 1 < n else None
+        after = tokens[i + 2] if i + 2 < n else None
+        # "divided by" / "multiplied by" between operands
+        if w in _BY and _w(nxt) == "by" and _operand_end(out) and _num(after):
+            out.append(Token(OP, _BY[w], t.start, nxt.end))
+            i += 2
+            continue
+        # "half of 48", "a third of 90"
+        if w in _FRACTION_OF and _w(nxt) == "of" and _num(after):
+            if out and _w(out[-1]) in ("a", "one"):
+                out.pop()  # "a third of 24"
+            a, b = _FRACTION_OF[w]
+            out += _synthetic([(LP, "("), (NUM, str(a)), (OP, "/"), (NUM, str(b)), (RP, ")"),
+                               (OP, "*")], t.start, nxt.end)  # fmt: skip
+            i += 2
+            continue
+        # "twice 12", "double 15"
+        if w in _TIMES_OF and _num(nxt):
+            out += _synthetic([(NUM, str(_TIMES_OF[w])), (OP, "*")], t.start, t.end)
+            i += 1
+            continue
+        # "4 dozen" -> 4 * 12; "a dozen" -> 12
+        if w == "dozen":
+            if out and out[-1].kind == NUM:
+                out += _synthetic([(OP, "*"), (NUM, "12")], t.start, t.end)
+            else:
+                if out and _w(out[-1]) in ("a", "one"):
+                    out.pop()
+                out.append(Token(NUM, "12", t.start, t.end))
+            i += 1
+            continue
+        # "the sum of 5 and 8", "the product of 6 and 7", "the difference between 9 and 4"
+        if w in _PAIR_OF and _w(nxt) in ("of", "between") and i + 4 < n:
+            a, conj, b = tokens[i + 2], tokens[i + 3], tokens[i + 4]
+            if a.kind == NUM and _w(conj) == "and" and b.kind == NUM:
+                op = _PAIR_OF[w]
+                out += _synthetic([(LP, "(")], t.start, nxt.end)
+                out += [a, Token(OP, op, conj.start, conj.end), b]
+                out += _synthetic([(RP, ")")], b.end, b.end)
+                i += 5
+                continue
+        # "seven times eight" (number words read here, after the first pass)
+        if w in _WORD_OPS and _operand_end(out) and _num(nxt):
+            out.append(Token(OP, _WORD_OPS[w], t.start, t.end))
+            i += 1
+            continue
+        # "5 times 2.5, which is 12.5"
+        comma = out[-1] if out and out[-1].kind == BREAK and out[-1].math == "," else None
+        if w == "which" and _w(nxt) == "is" and comma is not None:
+            out.pop()
+            if _computation_before(out) and _num(after):
+                out.append(Token(REL, "=", comma.start, nxt.end))
+                i += 2
+                continue
+            out.append(comma)
+        # "... is 84", "... equals 84", "is equal to 84"
+        if w in _IS or w == "equal":
+            j = i + 1
+            while j < n and _w(tokens[j]) in ("equal", "to", "exactly", "then", "us"):
+                j += 1
+            if j < n and _num(tokens[j]) and _computation_before(out):
+                out.append(Token(REL, "=", t.start, tokens[j - 1].end))
+                i = j
+                continue
+        out.append(t)
+        i += 1
+    return out
+
+
+def _num(t: Token | None) -> bool:
+    return t is not None and t.kind in (NUM, LP)
+
+
+def _operand_end(out: list[Token]) -> bool:
+    return bool(out) and (out[-1].kind in (NUM, RP) or out[-1].math == "%")
+
+
+def _computation_before(out: list[Token]) -> bool:
+    """Tokens since the last word or break end in an operand and hold an operator, no
+    relation: a computation whose value the next words state."""
+    if not _operand_end(out):
+        return False
+    seg = []
+    for t in reversed(out):
+        if t.kind in (WORD, BREAK):
+            break
+        seg.append(t)
+    return any(t.kind == OP for t in seg) and not any(t.kind == REL for t in seg)

@@ -10,12 +10,30 @@ from pipeline import __version__
 from pipeline.errors import StepwiseError
 
 
+def _add_format_arg(p: argparse.ArgumentParser) -> None:
+    from pipeline.formats import format_names
+
+    p.add_argument(
+        "--reasoning-format",
+        default=None,
+        choices=format_names(),
+        help="how the model writes its reasoning (default: STEPWISE_REASONING_FORMAT, else "
+        "detected from the model; docs/reasoning-formats.md)",
+    )
+
+
+def _format_override(args: argparse.Namespace) -> dict[str, str]:
+    name = getattr(args, "reasoning_format", None)
+    return {"reasoning_format": name} if name else {}
+
+
 def _add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--model",
         default="tiny-reasoner",
         help="checkpoint dir or a known name: tiny-reasoner (bundled), smollm2 (prepared)",
     )
+    _add_format_arg(p)
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
@@ -39,7 +57,11 @@ def _engine_from_args(args: argparse.Namespace):
     path = resolve_model(args.model)
     return Engine(
         EngineConfig(
-            model=str(path), dtype=args.dtype, device=args.device, num_threads=args.threads
+            model=str(path),
+            dtype=args.dtype,
+            device=args.device,
+            num_threads=args.threads,
+            reasoning_format=args.reasoning_format,
         )
     )
 
@@ -123,6 +145,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     worker_cls = getattr(importlib.import_module(module), cls)
 
     overrides = {"engine": args.engine} if args.engine else {}
+    overrides |= _format_override(args)
 
     async def serve() -> None:
         # aiokafka clients must be created inside the running event loop.
@@ -140,7 +163,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     from pipeline.stack import Stack
 
     engine = {"engine": args.engine} if args.engine else {}
-    config = PipelineConfig.from_env(model=args.model, **engine)
+    config = PipelineConfig.from_env(model=args.model, **engine, **_format_override(args))
     stack = Stack(config, log_dir=args.log_dir)
     print("starting services and workers ...", flush=True)
     with stack:
@@ -288,6 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     offline.add_arguments(v)
+    _add_format_arg(v)
     v.set_defaults(func=cmd_verify)
 
     w = sub.add_parser(
@@ -303,6 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="verify: checker processes (default STEPWISE_VERIFY_CONCURRENCY or 1)",
     )
     _add_engine_choice(w)
+    _add_format_arg(w)
     w.set_defaults(func=cmd_worker)
 
     u = sub.add_parser(
@@ -314,6 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("--model", default="tiny-reasoner")
     u.add_argument("--log-dir", default=None, help="write worker and service logs here")
     _add_engine_choice(u)
+    _add_format_arg(u)
     u.set_defaults(func=cmd_up)
 
     s = sub.add_parser(

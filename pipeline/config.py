@@ -26,7 +26,10 @@ class EngineConfig:
     max_num_batched_tokens: int = 2048
     max_model_len: int | None = None  # default: the model's max_position_embeddings
     enable_prefix_caching: bool = True
-    step_delimiter: str = "\n"
+    # How the model writes its reasoning (docs/reasoning-formats.md); None: detected from the
+    # model directory. The step delimiter is the format's unless set here.
+    reasoning_format: str | None = None
+    step_delimiter: str | None = None
     seed: int = 0  # seeds requests that bring no seed of their own
     num_threads: int | None = None  # torch intra-op threads; None leaves torch's choice
     # CPU: run projections through oneDNN with prepacked weights (pipeline/kernels/cpu_linear).
@@ -45,7 +48,7 @@ class EngineConfig:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be positive")
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError("max_model_len must be at least 2")
-        if not self.step_delimiter:
+        if self.step_delimiter is not None and not self.step_delimiter:
             raise ValueError("step_delimiter must not be empty")
 
 
@@ -64,6 +67,7 @@ class PipelineConfig:
     redis: str = ""  # URL; empty: `stepwise up` starts an embedded redis-server
     topic_prefix: str = "stepwise."
     model: str = "tiny-reasoner"  # a path or a known name (see `stepwise models list`)
+    reasoning_format: str = ""  # empty: detected from the model (docs/reasoning-formats.md)
     dtype: str = "auto"
     worker_id: str = ""  # default: <stage>-<host>-<pid>
     # shm_pool: decode copies blocks straight out of prefill's pool (one copy; CPU engines);
@@ -106,6 +110,7 @@ class PipelineConfig:
             "redis": _env("REDIS", base.redis),
             "topic_prefix": _env("TOPIC_PREFIX", base.topic_prefix),
             "model": _env("MODEL", base.model),
+            "reasoning_format": _env("REASONING_FORMAT", base.reasoning_format),
             "dtype": _env("DTYPE", base.dtype),
             "worker_id": _env("WORKER_ID", base.worker_id),
             "kv_transport": _env("KV_TRANSPORT", base.kv_transport),

@@ -116,6 +116,8 @@ class JobParams(msgspec.Struct, kw_only=True):
     seed: Annotated[int, Meta(ge=0, le=2**63 - 1)] | None = None  # None: ingest assigns one
     max_tokens: Annotated[int, Meta(ge=1, le=MAX_TOKENS)] | None = None  # None: budget decides
     max_steps: Annotated[int, Meta(ge=1, le=MAX_STEPS)] | None = None  # None: budget decides
+    # vLLM's thinking_token_budget: a cap on the thinking (the stamped budget still applies)
+    thinking_budget: Annotated[int, Meta(ge=1, le=MAX_TOKENS)] | None = None
     verify: Literal["off", "async", "strict"] = "async"
     early_exit: bool = False
     stream: Literal["steps", "tokens", "none"] = "steps"
@@ -258,6 +260,8 @@ class Event(msgspec.Struct, kw_only=True):
     text: str = ""
     verdict: Verdict | None = None
     detail: str = ""
+    # token events: which part of the generation the text belongs to (the model's format)
+    channel: Literal["reasoning", "content"] | None = None
     claims: list[ClaimInfo] = []  # verdict events: the step's claims
     verification: VerificationReport | None = None  # the final event: what was covered
     ts_ms: NonNeg

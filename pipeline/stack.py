@@ -57,6 +57,7 @@ class Stack:
             "STEPWISE_REDIS": self.services.redis_url,
             "STEPWISE_TOPIC_PREFIX": self.config.topic_prefix,
             "STEPWISE_MODEL": self.config.model,
+            "STEPWISE_REASONING_FORMAT": self.config.reasoning_format,
             "STEPWISE_DTYPE": self.config.dtype,
             "STEPWISE_GATEWAY_PORT": str(self.gateway_port),
             "STEPWISE_ENGINE": self.config.engine,

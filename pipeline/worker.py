@@ -311,7 +311,12 @@ def engine_config(
 ) -> EngineConfig:
     """The engine a stage worker runs: its model (resolved to a path), dtype and batch size."""
     path = resolve_model(config.model)
-    engine = EngineConfig(model=str(path), dtype=config.dtype, max_num_seqs=max_num_seqs)
+    engine = EngineConfig(
+        model=str(path),
+        dtype=config.dtype,
+        max_num_seqs=max_num_seqs,
+        reasoning_format=config.reasoning_format or None,
+    )
     engine.kv_cache_memory_gb += extra_kv_gb
     return engine
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 
 from pipeline import schema
@@ -11,14 +10,7 @@ from pipeline.decode.driver import Outward, ReasoningDriver
 from pipeline.decode.reasoning import Check, Note
 from pipeline.engine.sequence import Sequence
 from pipeline.engine.tokenizer import Tokenizer
-
-_ANSWER = re.compile(r"^\s*answer\s*:\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
-
-
-def parse_answer(text: str) -> str | None:
-    """The value of the last `Answer: <value>` line, if any."""
-    found = _ANSWER.findall(text)
-    return found[-1] if found else None
+from pipeline.formats import Split, StreamSplitter
 
 
 @dataclass(slots=True)
@@ -34,6 +26,7 @@ class JobRun:
     next_event: int = 1  # seq 0 is ingest's "accepted"
     emitted_tokens: int = 0  # output tokens already streamed as token events
     token_text: str = ""  # decoded text of the streamed tokens (for token deltas)
+    splitter: StreamSplitter | None = None  # the format's split of the streamed text
 
     @property
     def seq(self) -> Sequence:
@@ -46,19 +39,36 @@ class JobRun:
 
 
 def token_events(run: JobRun, tokenizer: Tokenizer, now_ms: int) -> list[schema.Event]:
-    """A token event for the output tokens not streamed yet (if the job streams tokens)."""
+    """Token events for the output not streamed yet (if the job streams tokens), split by the
+    model's format into the thinking (`channel` reasoning) and what follows it (content). The
+    format's splitter holds back a marker cut across tokens until it is whole."""
     if run.handoff.params.stream != "tokens":
         return []
     out = run.seq.output_token_ids
     text = tokenizer.decode(out)
     if text == run.token_text or text.endswith("\ufffd"):  # nothing new, or a partial character
         return []
+    fmt, prompt = run.driver.format, run.driver.prompt_text
+    if run.splitter is None:
+        run.splitter = fmt.splitter(prompt)
     if not text.startswith(run.token_text):
         # Rolled back under what was streamed (a backtrack, a forced answer, an early exit):
-        # go on from the part both share; step and backtrack events say what was dropped.
+        # go on from the part both share (deltas cannot be taken back; step and backtrack
+        # events say what was dropped), with the split's state at that point.
         run.token_text = os.path.commonprefix([text, run.token_text])
+        run.splitter = fmt.splitter(prompt)
+        run.splitter.feed(run.token_text)
     delta, run.token_text, run.emitted_tokens = text[len(run.token_text) :], text, len(out)
-    return [run.event("token", now_ms, text=delta)] if delta else []
+    return channel_events(run, run.splitter.feed(delta), now_ms)
+
+
+def channel_events(run: JobRun, parts: Split, now_ms: int) -> list[schema.Event]:
+    events = []
+    if parts.reasoning:
+        events.append(run.event("token", now_ms, text=parts.reasoning, channel="reasoning"))
+    if parts.content:
+        events.append(run.event("token", now_ms, text=parts.content, channel="content"))
+    return events
 
 
 def outward(
@@ -87,10 +97,11 @@ def outward(
         assert isinstance(o, Note)
         if h.params.stream == "none":
             continue
+        text = run.driver.format.strip_markers(o.text).strip()  # as shown; checked as written
         if o.kind == "step":
-            events.append(run.event("step", now_ms, step=o.step, text=o.text))
+            events.append(run.event("step", now_ms, step=o.step, text=text))
         else:
-            kw = {"step": o.step, "text": o.text, "verdict": o.verdict, "detail": o.detail}
+            kw = {"step": o.step, "text": text, "verdict": o.verdict, "detail": o.detail}
             events.append(run.event(o.kind, now_ms, claims=claim_infos(o.claims), **kw))
     return events, requests
 
@@ -101,9 +112,13 @@ def finish(
     """The closing events and the Result of a finished sequence."""
     seq, h, r = run.seq, run.handoff, run.driver.reasoner
     events = token_events(run, tokenizer, now_ms)
+    if run.splitter is not None:  # held back until now (a marker prefix, plain's last paragraph)
+        events += channel_events(run, run.splitter.flush(), now_ms)
     events += outward(run, run.driver.flush(), tokenizer, now_ms)[0]
     text = tokenizer.decode(seq.output_token_ids)
-    answer = None if r.gave_up else parse_answer(text)
+    fmt, prompt = run.driver.format, run.driver.prompt_text
+    answer = None if r.gave_up else fmt.find_answer(text, prompt)
+    parts = fmt.split(text, prompt)
     stop = r.result_stop_reason(seq.finish_reason)
     # The engine gave up on the sequence (vLLM: the server failed its step): not an answer.
     failed = seq.finish_reason == "error"
@@ -128,7 +143,9 @@ def finish(
         model=h.model,
         answer=answer,
         text=text,
-        steps=[step_record(s) for s in r.chain],
+        reasoning=parts.reasoning,
+        content="" if r.gave_up else parts.content,  # gave up: no answer to show
+        steps=[step_record(s, fmt) for s in r.chain],
         usage=schema.Usage(
             prompt_tokens=seq.num_prompt_tokens,
             completion_tokens=seq.num_output_tokens,
@@ -154,9 +171,10 @@ def finish(
     return events, result
 
 
-def step_record(step) -> schema.StepRecord:
+def step_record(step, fmt) -> schema.StepRecord:
     verdict = step.verdict or "unknown"
-    return schema.StepRecord(text=step.text, verdict=verdict, claims=claim_infos(step.claims))
+    text = fmt.strip_markers(step.text).strip()
+    return schema.StepRecord(text=text, verdict=verdict, claims=claim_infos(step.claims))
 
 
 def claim_infos(claims) -> list[schema.ClaimInfo]:

@@ -51,22 +51,33 @@ class ReasoningDriver:
         self.num_appended = 0  # tokens put in by the driver (answer cues), not generated
         self.spliced: dict[int, str] = {}  # step index -> verdict of a step from the cache
         self.lookups: set[int] = set()  # step indexes the step cache was asked for
-        self._cue: list[int] | None = None
+        self.format = config.format
+        tok = engine.tokenizer
+        # The rendered prompt: whether its template opened the thinking (DeepSeek-R1 does).
+        self.prompt_text = tok.decode(seq.token_ids[: seq.num_prompt_tokens])
+        # Room an answer needs: the longest forcing text (closing the thinking, the prefix).
+        widest = self.format.force_text("x", "") if self.format.think_end else "\n"
+        widest += self.format.answer_prefix
+        self.answer_room = len(tok.encode(widest, add_special_tokens=False)) + 2
+        self.forced_until = 0  # the forced text's end: step ends inside it do not end the answer
+        self._stops: tuple[int, ...] | None = None
 
     @property
     def done(self) -> bool:
         return self.seq.is_finished
 
-    @property
-    def cue_ids(self) -> list[int]:
-        if self._cue is None:
-            self._cue = self.engine.tokenizer.encode(
-                self.reasoner.config.answer_cue, add_special_tokens=False
-            )
-        return self._cue
-
     def step_text(self, start: int, end: int) -> str:
         return self.engine.tokenizer.decode(self.seq.token_ids[start:end]).strip()
+
+    def output_text(self, end: int) -> str:
+        """The generation up to token position `end`."""
+        return self.engine.tokenizer.decode(self.seq.token_ids[self.seq.num_prompt_tokens : end])
+
+    def after_thinking(self, position: int) -> bool:
+        """Is the thinking block closed at `position`? (Formats without markers: no block.)"""
+        if self.format.think_end is None:
+            return True
+        return not self.format.in_thinking(self.output_text(position), self.prompt_text)
 
     def tokens_spent(self) -> int:
         """Tokens generated for this job: kept, discarded by backtracks, and probes."""
@@ -85,30 +96,35 @@ class ReasoningDriver:
             start = r.chain[-1].end if r.chain else seq.num_prompt_tokens
             end = seq.step_ends[len(r.chain)]
             text = self.step_text(start, end)
+            r.after_thinking = self.after_thinking(start)
             if (verdict := self.spliced.pop(len(r.chain), None)) is not None:
                 actions += r.on_cached_step(start, end, text, verdict)
+            elif r.phase == "answer" and end <= self.forced_until:
+                actions += r.on_unchecked_step(start, end, text)  # inside the forced text
             else:
                 actions += r.on_step(start, end, text, now_s)
         for key, probe in list(self.probes.items()):
             if probe.is_finished and not r.finished:
                 del self.probes[key]
                 out = self.probe_answers[key] = probe.output_token_ids
-                answer = self.engine.tokenizer.decode(out).strip()
+                answer = self.probe_value(out)
                 mean_p = math.exp(probe.cumulative_logprob / max(1, len(out)))
                 actions += r.on_probe(key, answer, mean_p, len(out))
         # A held finish first: a model that ended by itself is not forced to answer again.
         if seq.pending_finish is not None and r.held_finish is None and not r.finished:
             start = seq.step_start
             tail = (start, seq.num_tokens, self.step_text(start, seq.num_tokens))
+            r.after_thinking = self.after_thinking(start)
             actions += r.on_finish(seq.pending_finish, tail, now_s)
         if not r.finished and seq.pending_finish is None:
             room = self.engine.max_model_len - seq.num_tokens
-            full = room <= len(self.cue_ids) + r.config.answer_tokens
+            full = room <= self.answer_room + r.config.answer_tokens
 
-            def read_tail() -> str:
-                return self.step_text(seq.step_start, seq.num_tokens)
+            def answering() -> bool:
+                r.after_thinking = self.after_thinking(seq.step_start)
+                return r.is_answer(self.step_text(seq.step_start, seq.num_tokens))
 
-            actions += r.on_tokens(self.tokens_spent(), read_tail, out_of_room=full)
+            actions += r.on_tokens(self.tokens_spent(), answering, out_of_room=full)
         if not r.finished and r.verifying:
             actions += r.on_tick(now_s)
         return self._apply(actions)
@@ -139,7 +155,7 @@ class ReasoningDriver:
         delimiter = self.engine.step_detector.delimiter if self.engine.step_detector else "\n"
         ids = self.engine.tokenizer.encode(text + delimiter, add_special_tokens=False)
         room = self.engine.max_model_len - self.seq.num_tokens
-        if len(ids) + len(self.cue_ids) + self.reasoner.config.answer_tokens >= room:
+        if len(ids) + self.answer_room + self.reasoner.config.answer_tokens >= room:
             return False  # no room for it and an answer after it: the model writes its own
         self.engine.append_tokens(self.seq.request_id, ids)
         self.num_appended += len(ids)
@@ -196,16 +212,21 @@ class ReasoningDriver:
         return out
 
     def _force_answer(self, position: int) -> None:
+        """s1's budget forcing, in the model's format: close the thinking if it is open, write
+        the answer prefix, decode the answer greedily."""
         seq, cfg = self.seq, self.reasoner.config
         if position < seq.num_tokens:
             self.engine.rollback(seq.request_id, position)
-        if seq.num_tokens + len(self.cue_ids) + 1 >= self.engine.max_model_len:
+        text = self.format.force_text(self.output_text(seq.num_tokens), self.prompt_text)
+        ids = self.engine.tokenizer.encode(text, add_special_tokens=False)
+        if seq.num_tokens + len(ids) + 1 >= self.engine.max_model_len:
             # No room left for even the cue (a prompt that fills the context): end here.
             self.reasoner.finished = True
             self.engine.finish(seq.request_id, "length")
             return
-        self.engine.append_tokens(seq.request_id, self.cue_ids)
-        self.num_appended += len(self.cue_ids)
+        self.engine.append_tokens(seq.request_id, ids)
+        self.num_appended += len(ids)
+        self.forced_until = seq.num_tokens
         # The answer is decoded greedily, within a few tokens of what has been spent.
         spent = seq.num_output_tokens + seq.num_discarded_tokens
         seq.params = replace(
@@ -216,27 +237,47 @@ class ReasoningDriver:
         )
 
     def _start_probe(self, key: str, position: int) -> None:
+        """Dynasor's probe: the format's probe text after the thinking so far, a few greedy
+        tokens, read by the format's probe answer finder."""
         seq, engine = self.seq, self.engine
-        ids = seq.token_ids[:position] + self.cue_ids
+        cue = engine.tokenizer.encode(self.format.probe_text, add_special_tokens=False)
+        ids = seq.token_ids[:position] + cue
         if len(ids) + 1 >= engine.max_model_len:
             return
-        stop = tuple(engine.step_detector.delimiter_tokens) if engine.step_detector else ()
         params = SamplingParams(
-            temperature=0.0, max_tokens=self.reasoner.config.answer_tokens, stop_token_ids=stop
+            temperature=0.0,
+            max_tokens=min(self.reasoner.config.answer_tokens, self.format.answer_max_tokens),
+            stop_token_ids=self._probe_stops(),
         )
         # Shares the sequence's KV blocks through the prefix cache: only the cue is new.
         # Ahead of waiting jobs: a probe that waits for a slot is usually dropped unrun.
         probe = Request(f"{seq.request_id}/{key}", ids, params, priority=-1)
         self.probes[key] = engine.add(probe)
 
+    def _probe_stops(self) -> tuple[int, ...]:
+        """A probe ends where its answer must have ended: the box's `}`, else a line end."""
+        stop = "}" if self.format.probe_text.rstrip().endswith("{") else "\n"
+        if self._stops is None:
+            texts = self.engine.tokenizer.token_texts()
+            self._stops = tuple(i for i, t in enumerate(texts) if stop in t)
+        return self._stops
+
+    def probe_value(self, output_ids: list[int]) -> str:
+        """The answer a probe's tokens give (the format's probe answer finder), or ""."""
+        text = self.engine.tokenizer.decode(output_ids)
+        return self.format.probe_answer(text) or ""
+
     def _exit_with(self, position: int, key: str) -> None:
         seq, engine = self.seq, self.engine
-        answer = self.probe_answers.pop(key, [])
+        value = self.probe_value(self.probe_answers.pop(key, []))
         if position < seq.num_tokens:
             engine.rollback(seq.request_id, position)
-        # The answer line goes into the text as the probe wrote it; no KV is needed for it.
-        seq.token_ids.extend(self.cue_ids + answer)
-        self.num_appended += len(self.cue_ids) + len(answer)
+        # The answer goes into the text in the format's words: the thinking closed, the answer
+        # prefix, the probed value. No KV is needed for it.
+        text = exit_text(self.format, self.output_text(seq.num_tokens), self.prompt_text, value)
+        ids = engine.tokenizer.encode(text, add_special_tokens=False)
+        seq.token_ids.extend(ids)
+        self.num_appended += len(ids)
         engine.finish(seq.request_id, "early_exit")
 
     def _drop_probes(self) -> None:
@@ -247,3 +288,14 @@ class ReasoningDriver:
             if not probe.is_finished:
                 self.engine.abort(probe.request_id)
         self.probes.clear()
+
+
+def exit_text(fmt, text: str, prompt: str, value: str) -> str:
+    """An early exit's answer, written the way a forced answer is: `text` closed, the prefix,
+    the value (and the box's brace, or the line's end)."""
+    forced = fmt.force_text(text, prompt)
+    if forced.endswith("{"):
+        return f"{forced}{value}}}."
+    sep = "" if forced.endswith((" ", "\n")) else " "
+    end = "\n" if fmt.step_delimiter == "\n" else "."
+    return f"{forced}{sep}{value}{end}"

@@ -157,7 +157,11 @@ class DecodeCore:
         # The thinking budget: the stamped one, or the job's own max_tokens / max_steps if
         # tighter. Running out of it forces the answer; the engine's own limit sits above it,
         # with room for the answer.
-        thinking = min(h.budget.max_thinking_tokens, h.params.max_tokens or schema.MAX_TOKENS)
+        thinking = min(
+            h.budget.max_thinking_tokens,
+            h.params.max_tokens or schema.MAX_TOKENS,
+            h.params.thinking_budget or schema.MAX_TOKENS,
+        )
         steps = min(h.budget.max_steps, h.params.max_steps or schema.MAX_STEPS)
         reasoning = ReasoningConfig(
             verify=h.params.verify,
@@ -168,8 +172,9 @@ class DecodeCore:
             max_steps=steps,
             early_exit=h.params.early_exit,
             probe_every=h.budget.probe_effort,
+            format=engine.reasoning_format,
         )
-        limit = thinking + reasoning.answer_tokens + 16
+        limit = thinking + reasoning.answer_tokens + 32  # (room for the forcing text too)
         limit = max(1, min(limit, engine.max_model_len - len(h.token_ids)))
         params = reasoning_params(
             sampling_params(h.params, seed=h.seed, max_tokens=limit), h.params.verify

@@ -38,6 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.formats import ReasoningFormat, get_format
 from pipeline.verify.coverage import Tally
 
 VERIFY_MODES = ("off", "async", "strict")
@@ -56,7 +57,8 @@ class ReasoningConfig:
     # Budget (None: unlimited). Live limits may tighten them while the job runs.
     max_thinking_tokens: int | None = None
     max_steps: int | None = None
-    answer_cue: str = "Answer:"
+    # How the model writes (markers, answers, the forcing text, the probe): the engine's.
+    format: ReasoningFormat = field(default_factory=lambda: get_format("tiny"))
     answer_tokens: int = 24  # greedy tokens for a forced or probed answer
     # Early exit.
     early_exit: bool = False
@@ -205,6 +207,9 @@ class Reasoner:
     # answer, why).
     exit_candidate: tuple[str, str, int, str, str] | None = None
     tally: Tally = field(default_factory=Tally)  # every check's claims, for the coverage report
+    # Whether the thinking block is closed where the step being judged begins (the driver
+    # keeps it current; formats without markers ignore it).
+    after_thinking: bool = False
     _attempts: int = 0
 
     def __post_init__(self) -> None:
@@ -229,7 +234,8 @@ class Reasoner:
         return "answer" if finish_reason == "stop" else "max_tokens"
 
     def is_answer(self, text: str) -> bool:
-        return text.lower().startswith(self.config.answer_cue.lower())
+        """Does this step state the final answer (in the model's format)?"""
+        return self.config.format.is_answer_step(text, self.after_thinking)
 
     def on_step(self, start: int, end: int, text: str, now_s: float) -> list[Action]:
         """The sequence completed a step spanning tokens [start, end)."""
@@ -260,23 +266,22 @@ class Reasoner:
         return actions
 
     def on_tokens(
-        self, used: int, read_tail: Callable[[], str] = str, out_of_room: bool = False
+        self, used: int, answering: Callable[[], bool] = bool, out_of_room: bool = False
     ) -> list[Action]:
         """Tokens spent so far (kept, discarded, probes); past the budget, or with no more room
         in the context than an answer needs (`out_of_room`), answer now.
 
-        `read_tail()` gives the unfinished step being written (read only once the budget is
-        spent: this runs every engine step). A model that has written its answer line, or is
-        writing it (within `answer_tokens` over the budget), is not cut: forcing then would put
-        a second, greedy answer after its own."""
+        `answering()` says whether the unfinished step being written states the answer (asked
+        only once the budget is spent: this runs every engine step). A model that has written
+        its answer, or is writing it (within `answer_tokens` over the budget), is not cut:
+        forcing then would put a second, greedy answer after its own."""
         limit = self.max_thinking_tokens
         over = limit is not None and used >= limit
         if self.phase != "think" or self.finished or not (over or out_of_room):
             return []
         if self.held_finish is not None or self._answered():
             return []
-        answering = self.is_answer(read_tail().strip())
-        if answering and (out_of_room or used < (limit or 0) + self.config.answer_tokens):
+        if answering() and (out_of_room or used < (limit or 0) + self.config.answer_tokens):
             return []
         return self._out_of_budget()
 
@@ -327,7 +332,7 @@ class Reasoner:
         dropped = len(self.chain) > index + 1  # steps decoded while the probe ran
         del self.chain[index + 1 :]
         self.stop_reason, self.finished = "early_exit", True
-        text = f"{self.config.answer_cue} {answer}"
+        text = answer
         notes = [Note("backtrack", index + 1, text, None, f"early exit: {why}")] if dropped else []
         return [*notes, ExitWith(position, key)]
 

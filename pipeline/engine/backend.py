@@ -15,6 +15,7 @@ from pipeline.engine.outputs import KVStorage, Request, RequestOutput, TokenOutp
 from pipeline.engine.sampling_params import SamplingParams
 from pipeline.engine.sequence import Sequence
 from pipeline.engine.tokenizer import StepBoundaryDetector, Tokenizer
+from pipeline.formats import ReasoningFormat
 
 ENGINES = ("native", "vllm")
 
@@ -25,6 +26,7 @@ class StepEngine(Protocol):
     config: EngineConfig
     tokenizer: Tokenizer
     step_detector: StepBoundaryDetector | None
+    reasoning_format: ReasoningFormat  # how the model writes (docs/reasoning-formats.md)
     max_model_len: int
     can_export_kv: bool  # prefill hands KV over (native), or decode recomputes it (vLLM)
 

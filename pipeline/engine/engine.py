@@ -40,6 +40,7 @@ from pipeline.errors import (
     PromptTooLongError,
     UnknownRequestError,
 )
+from pipeline.formats import format_for
 from pipeline.kernels.cpu_linear import prepack_linears
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -98,8 +99,10 @@ class Engine:
         if self.tokenizer is not None:
             eos |= self.tokenizer.eos_token_ids
         self.eos_token_ids = frozenset(eos)
+        self.reasoning_format = format_for(path, config.reasoning_format)
+        delimiter = config.step_delimiter or self.reasoning_format.step_delimiter
         self.step_detector = (
-            StepBoundaryDetector(self.tokenizer.token_texts(), config.step_delimiter)
+            StepBoundaryDetector(self.tokenizer.token_texts(), delimiter)
             if self.tokenizer is not None
             else None
         )

@@ -197,7 +197,12 @@ def list_models() -> list[dict[str, str]]:
             status = "prepared" if is_prepared(path) else "run `stepwise models prepare smollm2`"
         else:
             status = "present" if ready else "missing"
-        rows.append({"name": name, "path": str(path), "status": status, "about": description})
+        from pipeline.formats import detect_format
+
+        fmt = detect_format(path) if ready else "?"
+        rows.append(
+            {"name": name, "path": str(path), "status": status, "about": description, "format": fmt}
+        )
     return rows
 
 
@@ -221,6 +226,7 @@ def run(args: argparse.Namespace) -> int:
             return 2
         print(f"smollm2 ready at {path} ({time.perf_counter() - start:.1f} s)")
         return 0
+    print(f"{'name':<14} {'format':<12} {'status':<40} path")
     for row in list_models():
-        print(f"{row['name']:<14} {row['status']:<40} {row['path']}")
+        print(f"{row['name']:<14} {row['format']:<12} {row['status']:<40} {row['path']}")
     return 0

@@ -40,6 +40,7 @@ from pipeline.engine.vllm_server import (
     served_model,
 )
 from pipeline.errors import InvalidRequestError, PromptTooLongError
+from pipeline.formats import format_for
 
 log = logging.getLogger(__name__)
 _MASK63 = (1 << 63) - 1
@@ -84,8 +85,10 @@ class VLLMEngine:
         self.model_config = mc = ModelConfig.from_dir(path)
         self.tokenizer = Tokenizer(path)
         self.eos_token_ids = frozenset(set(mc.eos_token_ids) | self.tokenizer.eos_token_ids)
+        self.reasoning_format = format_for(path, config.reasoning_format)
         self.step_detector = StepBoundaryDetector(
-            self.tokenizer.token_texts(), config.step_delimiter
+            self.tokenizer.token_texts(),
+            config.step_delimiter or self.reasoning_format.step_delimiter,
         )
         self.server: VLLMServer | None = None
         limit = mc.max_position_embeddings

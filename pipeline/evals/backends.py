@@ -31,19 +31,22 @@ class EngineBackend:
         device: str = "cpu",
         kind: str = "native",
         vllm_url: str = "",
+        reasoning_format: str | None = None,
     ) -> None:
         from pipeline.engine import EngineConfig
         from pipeline.engine.backend import make_engine
 
         self.name = kind
-        config = EngineConfig(model=str(model), dtype=dtype, device=device)
+        config = EngineConfig(
+            model=str(model), dtype=dtype, device=device, reasoning_format=reasoning_format
+        )
         self.engine = make_engine(config, kind, vllm_url)
 
     def close(self) -> None:
         self.engine.close()
 
     def generate(
-        self, prompts: list[str], temperature: float, max_tokens: int, seeds: list[int]
+        self, prompts: list, temperature: float, max_tokens: int, seeds: list[int]
     ) -> list[Completion]:
         from pipeline.engine import SamplingParams
 
@@ -131,10 +134,16 @@ class HFBackend:
 
 
 def make_backend(
-    name: str, model: str | Path, dtype: str = "float32", vllm_url: str = ""
+    name: str,
+    model: str | Path,
+    dtype: str = "float32",
+    vllm_url: str = "",
+    reasoning_format: str | None = None,
 ) -> Backend:
     if name in ("native", "vllm"):
-        return EngineBackend(model, dtype, kind=name, vllm_url=vllm_url)
+        return EngineBackend(
+            model, dtype, kind=name, vllm_url=vllm_url, reasoning_format=reasoning_format
+        )
     if name == "hf":
         return HFBackend(model, dtype)
     raise ValueError(f"unknown engine {name!r}; use native, vllm or hf")

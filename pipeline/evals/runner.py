@@ -32,7 +32,18 @@ NUM_SAMPLES = 3  # completions kept in the JSON per family, for eyeballing
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default=str(DEFAULT_MODEL), help="HF model directory")
+    parser.add_argument(
+        "--model",
+        default="tiny-reasoner",
+        help="a known name (tiny-reasoner, smollm2: see `stepwise models list`) or an HF "
+        "model directory",
+    )
+    parser.add_argument(
+        "--reasoning-format",
+        default=None,
+        help="how the model writes its reasoning (tiny, deepseek_r1, qwen3, plain; default: "
+        "detected from the model, docs/reasoning-formats.md)",
+    )
     parser.add_argument(
         "--tasks",
         default="indist",
@@ -123,8 +134,14 @@ def evaluate(args: argparse.Namespace) -> dict:
     for name in names:
         problems.extend(task_registry.load_problems(name, args.n, args.seed, args.level))
     vllm_url = getattr(args, "vllm_url", None) or os.environ.get("STEPWISE_VLLM_URL", "")
-    backend = make_backend(args.engine, args.model, args.dtype, vllm_url)
-    prompts = [format_prompt(p) for p in problems]
+    from pipeline.engine.prepare import resolve_model
+    from pipeline.formats import format_for
+
+    model_dir = resolve_model(args.model)
+    fmt_name = getattr(args, "reasoning_format", None)
+    backend = make_backend(args.engine, model_dir, args.dtype, vllm_url, fmt_name)
+    fmt = format_for(model_dir, fmt_name)
+    prompts = eval_prompts(problems, backend, fmt)
     # Per-request sampling seeds derived from the problem seed: the run is reproducible.
     seeds = [args.seed * 1_000_003 + i for i in range(len(problems))]
     generate = backend.generate
@@ -152,7 +169,7 @@ def evaluate(args: argparse.Namespace) -> dict:
     by_family: dict[str, list] = defaultdict(list)
     samples: dict[str, list] = defaultdict(list)
     for problem, comp in zip(problems, completions, strict=True):
-        trace, answer_score = task_registry.score(problem, comp.text)
+        trace, answer_score = task_registry.score(problem, comp.text, fmt)
         rows.append((trace, answer_score, comp))
         by_family[problem.family].append((trace, answer_score, comp))
         if len(samples[problem.family]) < NUM_SAMPLES:
@@ -167,6 +184,8 @@ def evaluate(args: argparse.Namespace) -> dict:
     total_tokens = sum(c.num_tokens for c in completions)
     report = {
         "model": str(args.model),
+        "reasoning_format": fmt.name,
+        "chat_template": not isinstance(prompts[0], str) if prompts else False,
         "engine": args.engine,
         "mode": args.mode,
         "tasks": names,
@@ -210,24 +229,57 @@ def _verified_generate(backend, problems: list[Problem], args: argparse.Namespac
     verify = args.mode.removeprefix("verify-") if args.mode.startswith("verify-") else "off"
     config = ReasoningConfig(
         verify=verify,
+        format=backend.engine.reasoning_format,
         max_thinking_tokens=args.max_thinking_tokens,
         max_steps=args.max_steps,
         early_exit=args.early_exit,
         max_retries=args.max_retries,
         max_backtracks=args.max_backtracks,
     )
-    premises = {format_prompt(p): tuple(p.premises) for p in problems}
+    # The verifier reads the question (never the prompt's template), keyed by the prompt.
+    by_prompt = {
+        _key(p): (q.question, tuple(q.premises))
+        for p, q in zip(eval_prompts(problems, backend, config.format), problems, strict=True)
+    }
     verifier = LocalVerifier() if verify != "off" else None
 
     def generate(prompts, temperature, max_tokens, seeds):
         params = [
             SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=s) for s in seeds
         ]
+        found = [by_prompt[_key(p)] for p in prompts]
         return generate_verified(
-            backend.engine, prompts, [premises[p] for p in prompts], params, config, verifier
+            backend.engine,
+            prompts,
+            [f[1] for f in found],
+            params,
+            config,
+            verifier,
+            questions=[f[0] for f in found],
         )
 
     return generate, verifier
+
+
+# What a chat model is told besides the question, so that its answer can be found (the
+# convention DeepSeek recommends for R1: an answer in \boxed{}; plain chat models: a sentence).
+BOXED_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+PLAIN_INSTRUCTION = "Solve it step by step. End with: The answer is <number>."
+
+
+def eval_prompts(problems: list[Problem], backend, fmt) -> list:
+    """The tiny reasoner's own prompt (`Q: ...`), or, for a model with a chat template, the
+    question as a user message with the format's answer instruction."""
+    engine = getattr(backend, "engine", None)
+    tok = getattr(engine, "tokenizer", None)
+    if fmt.name == "tiny" or tok is None or not tok.has_chat_template:
+        return [format_prompt(p) for p in problems]
+    instruction = BOXED_INSTRUCTION if fmt.answer_prefix.endswith("{") else PLAIN_INSTRUCTION
+    return [[{"role": "user", "content": f"{p.question}\n{instruction}"}] for p in problems]
+
+
+def _key(prompt) -> str:
+    return prompt if isinstance(prompt, str) else prompt[-1]["content"]
 
 
 def verification_summary(completions: list[Completion]) -> dict:

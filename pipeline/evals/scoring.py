@@ -114,6 +114,11 @@ def answers_match(predicted: str | None, gold: str) -> bool:
     pred, want = parse_answer(predicted), parse_answer(gold)
     if isinstance(want, Fraction) and isinstance(pred, dict) and len(pred) == 1:
         pred = next(iter(pred.values()))  # `x = 5` answers "5"
+    if isinstance(pred, str) and isinstance(want, Fraction):
+        # Prose answers: "$12", "12 apples", "x = 12 cards": the one number in them.
+        numbers = re.findall(r"-?\d[\d,]*(?:\.\d+)?", pred.replace("$", ""))
+        if len(numbers) == 1:
+            pred = parse_answer(numbers[0])
     if isinstance(pred, str) or isinstance(want, str):
         return " ".join(str(predicted).split()).lower() == " ".join(gold.split()).lower()
     return pred == want
@@ -140,7 +145,7 @@ class TraceScore:
     correct: bool
 
 
-def score_trace(completion: str, gold_answer: str | None = None) -> TraceScore:
+def score_trace(completion: str, gold_answer: str | None = None, find_answer=None) -> TraceScore:
     lines = [ln for ln in completion.splitlines() if ln.strip()]
     well_formed = equations = right = steps = 0
     for line in lines:
@@ -158,7 +163,7 @@ def score_trace(completion: str, gold_answer: str | None = None) -> TraceScore:
             continue
         equations += 1
         right += all(v is not False for v in verdicts)
-    answer = extract_answer(completion)
+    answer = (find_answer or extract_answer)(completion)
     correct = gold_answer is not None and answers_match(answer, gold_answer)
     return TraceScore(len(lines), well_formed, steps, equations, right, answer, correct)
 

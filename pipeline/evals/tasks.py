@@ -45,9 +45,11 @@ def load_problems(task: str, n: int, seed: int, level: str = DEFAULT_LEVEL) -> l
     return generate(task, n, seed, level=level)
 
 
-def score(problem: Problem, completion: str) -> tuple[TraceScore, float]:
-    """Step figures of the completion, and the answer score in [0, 1]."""
-    trace = score_trace(completion, problem.answer)
+def score(problem: Problem, completion: str, fmt=None) -> tuple[TraceScore, float]:
+    """Step figures of the completion, and the answer score in [0, 1]; the answer is found by
+    the model's reasoning format (`fmt`; default: the tiny reasoner's `Answer:` line)."""
+    finder = None if fmt is None or fmt.name == "tiny" else fmt.find_answer
+    trace = score_trace(completion, problem.answer, finder)
     if rg_adapter.is_rg_task(problem.family):
         return trace, rg_adapter.score(problem, trace.answer)
     return trace, float(trace.correct)

@@ -39,13 +39,16 @@ def generate_verified(
     config: ReasoningConfig,
     verifier: LocalVerifier | None,
     stats: dict | None = None,
+    questions: list[str] | None = None,
 ) -> list[VerifiedCompletion]:
     """Decode every prompt under `config.verify`; one completion per prompt, in order.
 
     `stats`, if given, receives `saturated_s` and `saturated_tokens`: time and tokens generated
     (kept or wasted) until fewer sequences are left than the engine runs at once — throughput
     while the batch is full, before the run's drain tail; and `finish_s`: each prompt's time
-    from the start to its completion (its latency, all prompts arriving at once)."""
+    from the start to its completion (its latency, all prompts arriving at once).
+    `questions` are what the verifier reads as the problem (default: the prompts)."""
+    problem_texts = questions if questions is not None else prompts
     drivers: list[ReasoningDriver | None] = []
     for i, (prompt, p) in enumerate(zip(prompts, params, strict=True)):
         ids = engine.encode_prompt(prompt)
@@ -65,7 +68,7 @@ def generate_verified(
                 if verifier is None:
                     raise ValueError(f"verify mode {config.verify} needs a verifier")
                 i = where[id(d)]
-                fut = verifier.submit(prompts[i], premises[i], o.accepted, o.text)
+                fut = verifier.submit(problem_texts[i], premises[i], o.accepted, o.text)
                 inflight[fut] = (d, o.key)
 
     start, slots = time.perf_counter(), engine.config.max_num_seqs

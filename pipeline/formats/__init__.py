@@ -13,7 +13,7 @@ from pipeline.formats.deepseek_r1 import DeepSeekR1Format
 from pipeline.formats.detect import detect_format
 from pipeline.formats.plain import PlainFormat
 from pipeline.formats.qwen3 import Qwen3Format
-from pipeline.formats.registry import format_names, get_format, register_format
+from pipeline.formats.registry import format_for, format_names, get_format, register_format
 from pipeline.formats.split import Split, StreamSplitter
 from pipeline.formats.think_tags import ThinkTagFormat
 from pipeline.formats.tiny import TinyFormat
@@ -29,6 +29,7 @@ __all__ = [
     "TinyFormat",
     "detect_format",
     "find_answer",
+    "format_for",
     "format_names",
     "get_format",
     "register_format",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from pipeline.formats.base import ReasoningFormat
 
@@ -33,6 +34,13 @@ def register_format(
         return cls
 
     return register
+
+
+def format_for(model_dir: str | Path, name: str | None = None) -> ReasoningFormat:
+    """The format named (an override: a flag, the environment), else the model's own."""
+    from pipeline.formats.detect import detect_format
+
+    return get_format(name or detect_format(model_dir))
 
 
 def format_names() -> list[str]:

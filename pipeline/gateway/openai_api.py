@@ -1,8 +1,14 @@
 """OpenAI-compatible `/v1/models` and `/v1/chat/completions` (stream and non-stream).
 
-The reasoning goes to `reasoning_content` (as vLLM and DeepSeek do), the answer to `content`.
-Non-stream: `reasoning_content` is the accepted chain (Result.steps). Stream: each `step` event
-is sent as it is written; a backtrack is shown as a marker line, since deltas cannot retract.
+The thinking goes to `reasoning_content` and `reasoning` (vLLM renamed the field; clients read
+either), what follows it to `content`: the model's reasoning format splits the generation
+(docs/reasoning-formats.md), in decode, where the rendered prompt is known (a template that
+opens the thinking itself). Non-stream: the Result's split. Stream: the job streams tokens,
+each delta tagged with its part by the format's streaming splitter (a marker cut across tokens
+is held until it is whole); a backtrack is shown as a marker line, since deltas cannot retract.
+
+Thinking budgets: vLLM's `thinking_token_budget` caps the job's thinking; `reasoning_effort`
+(low / medium / high) picks a cap from EFFORT_BUDGETS. The stamped budget still applies.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from pipeline.gateway.service import Gateway, GatewayError, new_job_id
 
 router = APIRouter()
 FINISH_REASONS = {"answer": "stop", "early_exit": "stop", "unverified": "stop"}
+EFFORT_BUDGETS = {"low": 256, "medium": 1024, "high": 4096}  # thinking tokens
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
 
@@ -48,6 +55,8 @@ class ChatRequest(BaseModel):
     top_p: float | None = None
     seed: int | None = None
     n: int = 1
+    thinking_token_budget: int | None = None  # vLLM's name
+    reasoning_effort: str | None = None  # low | medium | high
 
 
 def bad_request(message: str, field: str | None = None) -> GatewayError:
@@ -75,6 +84,14 @@ def to_job(req: ChatRequest, model_name: str) -> schema.Job:
         if m.role not in ROLES:
             raise bad_request(f"role {m.role!r} is not supported", f"messages[{i}].role")
         messages.append({"role": ROLES[m.role], "content": _text(m.content)})
+    if req.reasoning_effort is not None and req.reasoning_effort not in EFFORT_BUDGETS:
+        raise bad_request(
+            f"reasoning_effort must be one of {', '.join(EFFORT_BUDGETS)}", "reasoning_effort"
+        )
+    thinking = req.thinking_token_budget
+    if req.reasoning_effort is not None:
+        effort = EFFORT_BUDGETS[req.reasoning_effort]
+        thinking = effort if thinking is None else min(thinking, effort)
     params = {
         k: v
         for k, v in {
@@ -82,6 +99,8 @@ def to_job(req: ChatRequest, model_name: str) -> schema.Job:
             "top_p": req.top_p,
             "seed": req.seed,
             "max_tokens": req.max_completion_tokens or req.max_tokens,
+            "thinking_budget": thinking,
+            "stream": "tokens" if req.stream else None,
         }.items()
         if v is not None
     }
@@ -93,11 +112,20 @@ def to_job(req: ChatRequest, model_name: str) -> schema.Job:
 
 
 def answer_text(result: schema.Result) -> str:
-    """The `Answer: ...` line of the generated text, else the answer, else ""."""
+    """OpenAI's `content`: what follows the thinking (the format's split); for a Result from
+    before the split (an older cached one), the `Answer:` line, else the answer."""
+    if result.content is not None:
+        return result.content
     for line in reversed(result.text.splitlines()):
         if line.strip().startswith("Answer:"):
             return line.strip()
     return f"Answer: {result.answer}" if result.answer is not None else ""
+
+
+def reasoning_text(result: schema.Result) -> str | None:
+    if result.reasoning is not None:
+        return result.reasoning or None
+    return "\n".join(s.text for s in result.steps) or None
 
 
 def usage(result: schema.Result) -> dict[str, int]:
@@ -147,10 +175,12 @@ async def chat_completions(req: ChatRequest, gw: GatewayDep, tenant: TenantDep) 
     finally:
         gw.hub.unsubscribe(sub)
     check_result(result)
+    reasoning = reasoning_text(result)
     message = {
         "role": "assistant",
         "content": answer_text(result),
-        "reasoning_content": "\n".join(s.text for s in result.steps),
+        "reasoning_content": reasoning,
+        "reasoning": reasoning,
     }
     choice = {"index": 0, "message": message, "finish_reason": finish_reason(result)}
     body = {
@@ -190,20 +220,28 @@ async def _chunks(
             "choices": [choice],
         }
 
+    def think(text: str) -> bytes:
+        return _sse(chunk({"reasoning_content": text, "reasoning": text}))
+
+    sent_content = False
     try:
         yield _sse(chunk({"role": "assistant", "content": ""}))
         async for item in sub.items(gw.config.final_grace_s):
             if isinstance(item, schema.Event):
-                if item.kind == "step":
-                    yield _sse(chunk({"reasoning_content": item.text + "\n"}))
+                if item.kind == "token" and item.channel == "content":
+                    sent_content = True
+                    yield _sse(chunk({"content": item.text}))
+                elif item.kind == "token":
+                    yield think(item.text)
                 elif item.kind == "backtrack":
-                    yield _sse(chunk({"reasoning_content": f"[backtrack to step {item.step}]\n"}))
+                    yield think(f"\n[backtrack to step {item.step}]\n")
                 continue
             if item.status in ("rejected", "error"):
                 err = item.error or schema.ErrorInfo(code="internal", message="job failed")
                 yield _sse({"error": {"code": err.code, "message": err.message}})
                 break
-            yield _sse(chunk({"content": answer_text(item)}))
+            if not sent_content and (content := answer_text(item)):  # a cached Result
+                yield _sse(chunk({"content": content}))
             yield _sse(chunk({}, finish_reason(item)))
             if include_usage:
                 yield _sse({**chunk({}), "choices": [], "usage": usage(item)})

@@ -177,7 +177,8 @@ class Checker:
         """
         self.num_accepted += 1
         try:
-            claims = relations(find_claims(step, self.limits, self.answer_var))
+            found = find_claims(step, self.limits, self.answer_var)
+            claims = relations(tuple(c for c in found if not c.alternative))
             symbolic = [rel for rel in claims if variables([rel])]
             if symbolic and self._state_sat is not False:
                 self._assert(symbolic)
@@ -202,10 +203,21 @@ class Checker:
             if self._premises_inconsistent:
                 verdict = StepVerdict(UNKNOWN, INCONSISTENT_PREMISES, "the premises are unsat")
             else:
-                verdict = self._check_relation(claim.relation, context, deadline)
+                given = [] if claim.alternative else context
+                verdict = self._check_relation(claim.relation, given, deadline)
+                if (
+                    claim.alternative
+                    and verdict.verdict == CONTRADICTED
+                    and variables([claim.relation])
+                ):
+                    # "x = 2 or x = 3", "check x = 7": tried, not stated; refuting one option
+                    # is not refuting the step.
+                    detail = _short(f"{claim.text}: an alternative the premises rule out")
+                    verdict = StepVerdict(CONSISTENT, "", detail)
             v = verdict
             results.append(ClaimVerdict(claim.text, claim.span, v.verdict, v.reason, v.detail))
-            if verdict.verdict != CONTRADICTED and variables([claim.relation]):
+            known = verdict.verdict != CONTRADICTED and not claim.alternative
+            if known and variables([claim.relation]):
                 context.append(claim.relation)
         return _step_verdict(tuple(results), n)
 

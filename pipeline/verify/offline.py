@@ -52,7 +52,7 @@ def split_text(text: str, format_name: str | None) -> list[str]:
     return [s.strip() for s in text.split(delimiter) if s.strip()]
 
 
-def read_trace(line: str) -> dict[str, Any]:
+def read_trace(line: str, default_format: str | None = None) -> dict[str, Any]:
     """A validated trace from one input line; TraceError with the reason otherwise."""
     try:
         obj = json.loads(line)
@@ -68,7 +68,7 @@ def read_trace(line: str) -> dict[str, Any]:
     premises = obj.get("premises", [])
     if not isinstance(premises, list) or not all(isinstance(p, str) for p in premises):
         raise TraceError("`premises` must be a list of strings")
-    fmt = obj.get("format")
+    fmt = obj.get("format", default_format)
     if fmt is not None and not isinstance(fmt, str):
         raise TraceError("`format` must be a string")
     if "steps" in obj:
@@ -111,7 +111,9 @@ def check_trace(trace: dict[str, Any], timeout_ms: int = 200) -> list[StepVerdic
     return verdicts
 
 
-def verify_lines(lines: Iterable[str], timeout_ms: int = 200) -> Iterator[dict[str, Any]]:
+def verify_lines(
+    lines: Iterable[str], timeout_ms: int = 200, default_format: str | None = None
+) -> Iterator[dict[str, Any]]:
     """One output object per non-blank input line, in order."""
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -119,7 +121,7 @@ def verify_lines(lines: Iterable[str], timeout_ms: int = 200) -> Iterator[dict[s
         try:
             if len(line) > MAX_LINE_BYTES:
                 raise TraceError(f"line longer than {MAX_LINE_BYTES} bytes")
-            trace = read_trace(line)
+            trace = read_trace(line, default_format)
         except TraceError as e:
             yield {"id": _id_of(line), "line": number, "error": str(e)}
             continue
@@ -179,7 +181,8 @@ def run(args: argparse.Namespace, stdout: IO[str] | None = None) -> int:
         return 1
     t0, traces, steps = time.perf_counter(), 0, 0
     try:
-        for obj in verify_lines(stream, args.timeout_ms):
+        fmt = getattr(args, "reasoning_format", None)
+        for obj in verify_lines(stream, args.timeout_ms, fmt):
             traces += 1
             steps += len(obj.get("verdicts", ()))
             out.write(json.dumps(obj, ensure_ascii=False) + "\n")

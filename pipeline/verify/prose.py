@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pipeline.verify.claims import (
     DEFAULT_LIMITS,
@@ -62,6 +62,8 @@ class FoundClaim:
     relation: Relation | None = None
     reason: str = ""  # with relation None: unparseable | unsupported | limit
     detail: str = ""
+    # One of alternatives ("x = 2 or x = 3"): checked on its own, never taken as known.
+    alternative: bool = False
 
 
 _GSM = re.compile(r"<<(.*?)>>")
@@ -109,6 +111,7 @@ def _find(step: str, limits: ClaimLimits, answer_var: str | None) -> tuple[Found
     if answer_var is not None:
         found += _bare_answers(step, limits, answer_var, found)
     found.sort(key=lambda c: c.span)
+    found = _mark_alternatives(step, found)
     if len(found) > limits.max_claims:
         cut = found[limits.max_claims]
         detail = f"more than {limits.max_claims} claims in a step"
@@ -118,6 +121,31 @@ def _find(step: str, limits: ClaimLimits, answer_var: str | None) -> tuple[Found
         detail = f"more than {limits.max_vars} variables in a step"
         return (FoundClaim(step[:60], (0, len(step)), None, LIMIT, detail),)
     return tuple(found)
+
+
+_OR = re.compile(r"\bor\b|\\lor\b|∨", re.IGNORECASE)
+# A claim that is tried, not stated: "Check x = 3:", "If x = 4, ...", "Suppose y = 2".
+_HYPOTHESIS = re.compile(
+    r"\b(?:if|suppose|supposing|assume|assuming|check|checking|try|trying|test|testing|"
+    r"substitut\w*|plug\w*|whether|guess)\b[^.;:!?\n]*$",
+    re.IGNORECASE,
+)
+
+
+def _mark_alternatives(step: str, found: list[FoundClaim]) -> list[FoundClaim]:
+    """Claims joined by "or" are alternatives, and claims being tried are hypotheses: checked
+    on their own, neither is asserted."""
+    marked = [False] * len(found)
+    for i in range(len(found) - 1):
+        if _OR.search(step[found[i].span[1] : found[i + 1].span[0]]):
+            marked[i] = marked[i + 1] = True
+    for i, c in enumerate(found):
+        before = step[found[i - 1].span[1] if i else 0 : c.span[0]]
+        if c.relation is not None and variables([c.relation]) and _HYPOTHESIS.search(before):
+            marked[i] = True
+    if not any(marked):
+        return found
+    return [replace(c, alternative=m) if m else c for c, m in zip(found, marked, strict=True)]
 
 
 def relations(claims: tuple[FoundClaim, ...]) -> list[Relation]:
@@ -192,7 +220,7 @@ def _cuts_after(word: Token, follows: Token | None) -> bool:
         return True
     return (
         word.kind == WORD
-        and word.math.lower() in CONNECTORS - {"and", "with", "from", "each"}
+        and word.math.lower() in CONNECTORS - {"and", "with", "from", "each", "per"}
         and follows is not None
         and follows.kind in (NUM, LP, VAR)
     )
@@ -237,8 +265,20 @@ def _segment_claims(
             continue
         if op.math == "=" and not last and isinstance(pl, Num) and isinstance(pr, Num):
             continue  # a lone `3 = 12`: what a word leaves of a relation, not a computation
+        if _conversion(left, right):
+            continue  # "4.2 GB = 4.2 * 1000": units converted, not arithmetic
         out.append(FoundClaim(text, (s, e), Relation(pl, op.math, pr, text)))  # type: ignore[arg-type]
     return out
+
+
+def _conversion(left: list[Token], right: list[Token]) -> bool:
+    """A left side that is one number with its unit ("4.2 GB = ..."), against a right side in
+    another unit or none. (A unit after the right side only ends the sentence: "= 1600 m".)"""
+
+    def unit(side: list[Token]) -> str:
+        return side[0].unit if len(side) == 1 and side[0].kind == NUM else ""
+
+    return bool(unit(left)) and unit(left) != unit(right)
 
 
 def _trim_open(side: list[Token]) -> list[Token]:

@@ -33,6 +33,7 @@ class Token:
     start: int
     end: int
     star: bool = False  # an ASCII "*" or "**": multiplication, or markdown emphasis
+    unit: str = ""  # a number's unit, when one was dropped after it ("4.2 GB = ...")
 
 
 _TOKEN = re.compile(
@@ -51,7 +52,7 @@ _TOKEN = re.compile(
   | (?P<op>\*\*|[-+*/^%×÷−·⋅–—])
   | (?P<lp>[(\[{])
   | (?P<rp>[)\]}])
-  | (?P<word>[A-Za-z]+(?:'[A-Za-z]+)?)
+  | (?P<word>[A-Za-z]{2,}(?:-[A-Za-z]{2,})+|[A-Za-z]+(?:'[A-Za-z]+)?)
   | (?P<newline>\n)
   | (?P<space>[ \t\r\f\v$€£¥&]+)
   | (?P<other>.)
@@ -234,6 +235,7 @@ def rewrite(tokens: list[Token]) -> list[Token]:
     from pipeline.verify.prose_words import words_to_math  # (it imports this module's kinds)
 
     out = words_to_math(out)
+    out = _mixed_numbers(out)
     out = _ranges(out)
     out = _units_and_letters(out)
     return out
@@ -303,9 +305,10 @@ def _braces(tokens: list[Token]) -> list[Token]:
     `\\frac{a}{b}`, which becomes `((a)/(b))`."""
     stack: list[str] = []  # the role of each open brace
     pending: str | None = None  # the role of the next "{": "text" | "num" | "den"
-    for t in tokens:
+    for i, t in enumerate(tokens):
         if t.kind == LP and t.math == "\\frac":
-            t.math, pending = "(", "num"
+            mixed = i > 0 and tokens[i - 1].kind == NUM  # "1\\frac{7}{12}" is 1 + 7/12
+            t.math, pending = ("+(" if mixed else "("), "num"
             continue
         if t.kind == SKIP and t.math == "\\text":
             pending = "text"
@@ -324,6 +327,8 @@ def _braces(tokens: list[Token]) -> list[Token]:
             role = stack.pop() if stack else "group"
             if role == "text":
                 t.kind = SKIP
+                if i > 0 and tokens[i - 1].kind == WORD:  # "\\text{cm}^2": one unit, power too
+                    tokens[i - 1].end = t.end
             elif role == "num":
                 t.math, pending = ")", "den"
             else:
@@ -331,6 +336,22 @@ def _braces(tokens: list[Token]) -> list[Token]:
             continue
         pending = None  # `\\frac{a} b`, `\\text x`: not groups we read
     return [t for t in tokens if t.kind != SKIP]
+
+
+def _mixed_numbers(tokens: list[Token]) -> list[Token]:
+    """`4 1/2` is 4 + 1/2 (a whole number, a space, a proper fraction)."""
+    out: list[Token] = []
+    for i, t in enumerate(tokens):
+        out.append(t)
+        if t.kind != NUM or "." in t.math or i + 3 >= len(tokens):
+            continue
+        a, slash, b = tokens[i + 1 : i + 4]
+        if a.kind != NUM or b.kind != NUM or slash.math != "/" or a.start == t.end:
+            continue
+        tight = a.end == slash.start and slash.end == b.start
+        if tight and "." not in a.math + b.math and int(a.math) < int(b.math):
+            out.append(Token(OP, "+", t.end, a.start))
+    return out
 
 
 def _ranges(tokens: list[Token]) -> list[Token]:
@@ -369,18 +390,27 @@ def _units_and_letters(tokens: list[Token]) -> list[Token]:
     i, n = 0, len(tokens)
     while i < n:
         t = tokens[i]
-        if t.kind == WORD and out and _ends_operand(out[-1]) and out[-1].kind != VAR:
+        if _is_unit(t) and out and _ends_operand(out[-1]) and out[-1].kind != VAR:
             j = _unit_end(tokens, i + 1)
-            while j < n and j - i < 3 and tokens[j].kind == WORD:
+            while j < n and j - i < 3 and _is_unit(tokens[j]):
                 j = _unit_end(tokens, j + 1)
             follow = tokens[j] if j < n else None
             if follow is not None and follow.kind in (OP, REL, RP, APPROX):
+                out[-1].unit = " ".join(x.math for x in tokens[i:j] if x.kind == WORD)
                 i = j  # a unit: "10 km + 5 km", "3 hours × 60"
                 continue
         if t.kind == VAR and t.math not in _VAR_LETTERS and out and out[-1].kind == NUM:
             nxt = tokens[i + 1] if i + 1 < n else None
             if out[-1].end < t.start and (nxt is None or nxt.kind not in (NUM, LP, VAR)):
+                out[-1].unit = t.math
                 i = _unit_end(tokens, i + 1)  # "1600 m", "2.5 g", "28 km/h", "14.7 m²"
+                continue
+        if t.kind == OP and t.math == "/" and out and out[-1].kind == NUM and i + 1 < n:
+            rate = tokens[i + 1]  # "€2.35/kg": a price per unit, not a division
+            tight = out[-1].end == t.start and rate.start == t.end
+            if tight and _is_unit(rate) and len(rate.math) > 1:
+                out[-1].unit = f"/{rate.math}"
+                i += 2
                 continue
         if t.kind == VAR:
             prev = out[-1] if out else None
@@ -393,6 +423,17 @@ def _units_and_letters(tokens: list[Token]) -> list[Token]:
 
 
 _VAR_LETTERS = frozenset("xyznabpqk")  # letters that are more often variables than units
+# Words that join a sentence, never a unit after a number ("-6 and -6 + 6 = 0").
+_FUNCTION_WORDS = frozenset(
+    "and or but so then thus hence is are was were be to the an which that because since for "  # noqa: SIM905
+    "if when while where as at by on in into we you it this these those gives get gets makes "
+    "equals yes no not also too now here there than plus minus times of per each with from "
+    "over under giving making leaving yields".split()
+)
+
+
+def _is_unit(t: Token) -> bool:
+    return t.kind == WORD and t.math.lower() not in _FUNCTION_WORDS
 
 
 def _unit_end(tokens: list[Token], j: int) -> int:

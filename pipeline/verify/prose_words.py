@@ -141,4 +141,6 @@ def _computation_before(out: list[Token]) -> bool:
         if t.kind in (WORD, BREAK):
             break
         seg.append(t)
-    return any(t.kind == OP for t in seg) and not any(t.kind == REL for t in seg)
+    # ("7% is ..." states a share, not a computation: `%` alone does not count.)
+    binary = any(t.kind == OP and t.math != "%" for t in seg)
+    return binary and not any(t.kind == REL for t in seg)

@@ -3,7 +3,7 @@
 import pytest
 
 from pipeline import schema
-from pipeline.decode.core import JobRun, finish, outward, parse_answer, token_events
+from pipeline.decode.core import JobRun, finish, outward, token_events
 from pipeline.decode.driver import ReasoningDriver
 from pipeline.decode.reasoning import ReasoningConfig
 from pipeline.engine.prepare import resolve_model
@@ -11,6 +11,7 @@ from pipeline.engine.sampling_params import SamplingParams
 from pipeline.engine.sequence import Sequence
 from pipeline.engine.tokenizer import Tokenizer
 from pipeline.errors import PromptTooLongError
+from pipeline.formats import get_format
 from pipeline.ingest.core import IngestCore, job_seed
 
 BUDGET = schema.Budget(max_steps=8, max_thinking_tokens=64)
@@ -48,10 +49,11 @@ def test_a_live_budget_wins_over_the_default(tok):
     assert core.admit(schema.Job(id="b", prompt="1 + 1"), 0).budget == live
 
 
-def test_parse_answer_takes_the_last_answer_line():
-    assert parse_answer("3 + 4 = 7\nAnswer: 7\n") == "7"
-    assert parse_answer("Answer: 1\nCheck: 1 = 1\nanswer : x = 2, y = 3") == "x = 2, y = 3"
-    assert parse_answer("no answer here") is None
+def test_the_tiny_format_takes_the_last_answer_line():
+    tiny = get_format("tiny")
+    assert tiny.find_answer("3 + 4 = 7\nAnswer: 7\n") == "7"
+    assert tiny.find_answer("Answer: 1\nCheck: 1 = 1\nanswer : x = 2, y = 3") == "x = 2, y = 3"
+    assert tiny.find_answer("no answer here") is None
 
 
 class TextOnlyEngine:
@@ -117,8 +119,29 @@ def test_token_streaming_goes_on_after_a_rollback_under_the_streamed_text(tok):
     token_events(run, tok, now_ms=200)
     del run.seq.token_ids[run.seq.step_ends[0] :]
     run.seq.token_ids += tok.encode("Answer: 7\n", add_special_tokens=False)
-    (ev,) = token_events(run, tok, now_ms=201)
-    assert ev.text == "Answer: 7\n" and run.token_text == "3 + 4 = 7\nAnswer: 7\n"
+    events = token_events(run, tok, now_ms=201)
+    assert run.token_text == "3 + 4 = 7\nAnswer: 7\n"
+    # The tiny format's content is its last answer line: it is held until the stream ends
+    # (a later answer line would make this one reasoning), then sent as content.
+    assert [e.channel for e in events] == []
+    assert run.splitter.flush().content == "Answer: 7"
+
+
+def test_token_events_split_thinking_from_the_answer_at_any_cut(tok):
+    r1 = get_format("deepseek_r1")
+    text = "Let me see. 3 + 4 = 7.\n\nYes.\n</think>\n\nThe answer is \\boxed{7}."
+    for cut in range(1, len(text)):
+        run = make_run(tok, text[:cut], stream="tokens")
+        run.driver.format = r1
+        events = token_events(run, tok, now_ms=200)
+        run.seq.token_ids = run.seq.token_ids[: run.seq.num_prompt_tokens]
+        run.seq.token_ids += tok.encode(text, add_special_tokens=False)
+        events += token_events(run, tok, now_ms=201)
+        tail = run.splitter.flush()
+        reasoning = "".join(e.text for e in events if e.channel == "reasoning") + tail.reasoning
+        content = "".join(e.text for e in events if e.channel == "content") + tail.content
+        whole = r1.split(text)
+        assert (reasoning, content) == (whole.reasoning, whole.content), cut
 
 
 def test_verified_steps_become_verify_requests_and_verdicts_become_events(tok):

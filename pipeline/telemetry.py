@@ -36,6 +36,10 @@ log = logging.getLogger(__name__)
 
 SLO_CLASSES: tuple[str, ...] = typing.get_args(schema.SloClass)
 VERDICTS: tuple[str, ...] = typing.get_args(schema.Verdict)
+CLAIM_VERDICTS = ("entailed", "contradicted", "consistent", "unknown", "unreadable")
+COVERAGE_STATUSES: tuple[str, ...] = typing.get_args(
+    typing.get_type_hints(schema.VerificationReport)["status"]
+)
 STATUSES: tuple[str, ...] = typing.get_args(typing.get_type_hints(schema.Result)["status"])
 STOP_REASONS: tuple[str, ...] = typing.get_args(
     typing.get_type_hints(schema.BudgetReport)["stop_reason"]
@@ -107,6 +111,18 @@ class Metrics:
         self.verdicts = Counter(
             "stepwise_step_verdicts_total", "Steps of finished jobs, by verdict.",
             ("verdict",), registry=r,
+        )  # fmt: skip
+        self.claims = Counter(
+            "stepwise_claims_total", "Claims the verifier read in finished jobs' checks, by "
+            "verdict (unreadable: a piece it could not read).", ("verdict",), registry=r,
+        )  # fmt: skip
+        self.coverage = Counter(
+            "stepwise_job_verification_total", "Finished jobs by what verification covered "
+            "(verified, partial, nothing_checkable, off).", ("status",), registry=r,
+        )  # fmt: skip
+        self.checkable_share = Histogram(
+            "stepwise_job_checkable_ratio", "Share of a job's steps with a claim that was read.",
+            buckets=(0.0, 0.25, 0.5, 0.75, 0.99, 1.0), registry=r,
         )  # fmt: skip
         self.backtracks = Counter(
             "stepwise_backtracks_total", "Rollbacks after a contradicted step.", slo, registry=r
@@ -187,6 +203,10 @@ class Metrics:
         for verdict in VERDICTS:
             self.verdicts.labels(verdict)
             self.checks.labels(verdict)
+        for name in CLAIM_VERDICTS:
+            self.claims.labels(name)
+        for status in COVERAGE_STATUSES:
+            self.coverage.labels(status)
         for level in CACHE_LEVELS:
             self.cache_misses.labels(level)
             for layer in CACHE_LAYERS:
@@ -223,6 +243,12 @@ class Metrics:
             self.job_steps.labels(slo).observe(u.steps)
         for step in result.steps:
             self.verdicts.labels(_or_other(step.verdict, VERDICTS)).inc()
+        if (v := result.verification) is not None:
+            for name in CLAIM_VERDICTS:
+                self.claims.labels(name).inc(getattr(v, name))
+            self.coverage.labels(v.status).inc()
+            if v.status != "off":
+                self.checkable_share.observe(v.checkable_share)
 
     def observe_step(self, num_tokens: int) -> None:
         self.step_tokens.observe(num_tokens)
@@ -305,6 +331,9 @@ METRIC_NAMES = (
     "stepwise_step_tokens",
     "stepwise_job_steps",
     "stepwise_step_verdicts_total",
+    "stepwise_claims_total",
+    "stepwise_job_verification_total",
+    "stepwise_job_checkable_ratio",
     "stepwise_backtracks_total",
     "stepwise_wasted_tokens_total",
     "stepwise_probe_tokens_total",

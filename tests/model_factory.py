@@ -67,26 +67,36 @@ def make_tiny_model(name: str, root: Path, seed: int = 0) -> Path:
     return out
 
 
-def add_char_tokenizer(path: Path, vocab_size: int = BASE["vocab_size"]) -> Path:
+def add_char_tokenizer(
+    path: Path,
+    vocab_size: int = BASE["vocab_size"],
+    extra_tokens: tuple[str, ...] = (),
+    chat_template: str | None = None,
+) -> Path:
     """Give a checkpoint a character tokenizer covering its whole vocabulary.
 
     Ids 0..96 are <eos>, printable ASCII and newline; the rest decode to filler strings, so
-    anything a random model emits can be detokenized.
+    anything a random model emits can be detokenized. `extra_tokens` (`<think>`, `</think>`)
+    take the last ids as added, non-special tokens (as in DeepSeek-R1's and Qwen3's
+    tokenizers); `chat_template` goes into tokenizer_config.json.
     """
     import json
     import string
 
-    from tokenizers import Tokenizer, decoders, models
+    from tokenizers import AddedToken, Tokenizer, decoders, models
 
     chars = ["<eos>", *string.printable[:95], "\n"]
-    chars += [f"<t{i}>" for i in range(len(chars), vocab_size)]
+    chars += [f"<t{i}>" for i in range(len(chars), vocab_size - len(extra_tokens))]
+    chars += list(extra_tokens)
     tok = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(chars)}, merges=[]))
     tok.decoder = decoders.Fuse()
     tok.add_special_tokens(["<eos>"])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in extra_tokens])
     tok.save(str(path / "tokenizer.json"))
-    (path / "tokenizer_config.json").write_text(
-        json.dumps({"eos_token": "<eos>", "tokenizer_class": "PreTrainedTokenizerFast"})
-    )
+    config = {"eos_token": "<eos>", "tokenizer_class": "PreTrainedTokenizerFast"}
+    if chat_template is not None:
+        config["chat_template"] = chat_template
+    (path / "tokenizer_config.json").write_text(json.dumps(config))
     return path
 
 

@@ -315,6 +315,11 @@ async def test_browser_drives_the_live_page(gateway, tmp_path):
             """[...document.querySelectorAll("#steps li")].map(li => [li.className,
                li.textContent])"""
         )
+        marks = await page.eval(
+            """[...document.querySelectorAll("#steps li mark")].map(m => [m.className,
+               m.textContent])"""
+        )
+        coverage = await page.eval('document.getElementById("coverage").textContent')
         shot = await page.screenshot(tmp_path / "live_page.png")
         assert not page.errors, page.errors
     artifacts = os.environ.get("STEPWISE_TEST_ARTIFACTS")
@@ -326,4 +331,7 @@ async def test_browser_drives_the_live_page(gateway, tmp_path):
     assert steps and all(cls != "pending" or text for cls, text in steps), steps
     verdicts = {"entailed", "consistent", "no_claim", "contradicted", "unknown", "unverified"}
     assert {cls for cls, _ in steps} <= verdicts | {"gone", "pending"}, steps
+    # The verifier's claims are marked inside the steps' text, and the page says what it covered.
+    assert marks and all(cls in verdicts and text for cls, text in marks), marks
+    assert "claims entailed" in coverage or "nothing checkable" in coverage, coverage
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 5000

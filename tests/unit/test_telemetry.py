@@ -211,7 +211,7 @@ def test_names_units_and_types_follow_prometheus_conventions(m):
         assert NAME.match(name), name
         assert not name.endswith("_total"), name  # the client adds it to counters only
         if family.type == "histogram":  # time in seconds, or a count of tokens or steps
-            assert name.endswith(("_seconds", "_tokens", "_steps")), name
+            assert name.endswith(("_seconds", "_tokens", "_steps", "_ratio")), name
         if "time" in family.documentation.lower():
             assert name.endswith("_seconds"), name
         if name.endswith(("_seconds", "_ratio")):
@@ -310,3 +310,18 @@ def test_serve_metrics_follows_the_env(monkeypatch, server):
     monkeypatch.setenv(telemetry.METRICS_ADDR_ENV, "127.0.0.1")
     port = telemetry.serve_metrics("ingest", "tiny-reasoner")
     assert 'stepwise_worker_info{model="tiny-reasoner",stage="ingest"} 1.0' in scrape(port)
+
+
+def test_what_verification_covered_is_counted(m):
+    report = schema.VerificationReport(
+        status="partial", checks=3, claims=5, entailed=3, contradicted=1, unreadable=1,
+        steps=4, steps_checkable=2, checkable_share=0.5,
+    )  # fmt: skip
+    m.observe_result(schema.Result(id="j", status="ok", verification=report, ts_ms=1))
+    assert value(m, "stepwise_claims_total", verdict="entailed") == 3
+    assert value(m, "stepwise_claims_total", verdict="contradicted") == 1
+    assert value(m, "stepwise_claims_total", verdict="unreadable") == 1
+    assert value(m, "stepwise_claims_total", verdict="consistent") == 0
+    assert value(m, "stepwise_job_verification_total", status="partial") == 1
+    assert value(m, "stepwise_job_verification_total", status="verified") == 0
+    assert value(m, "stepwise_job_checkable_ratio_sum") == 0.5

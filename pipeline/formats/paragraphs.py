@@ -4,7 +4,9 @@ Rule: paragraphs are separated by blank lines. The content starts at the last pa
 states an answer (`has_answer`) and runs to the end (a closing "Hope this helps!" stays with
 its answer); when no paragraph states one, the content is the last paragraph (a one-paragraph
 chat reply is all content, never reasoning). The reasoning is the paragraphs before the content.
-Paragraphs are stripped and joined by one blank line in both parts.
+Paragraphs are stripped and joined by one blank line in both parts. Inside the answering
+paragraph, lines before its first answering line are reasoning too (SmolLM2 often writes its
+steps one per line, then `#### 17` / `The answer is 17.`, with no blank line between).
 
 Why this rule: it can be streamed with at most one paragraph of delay. A paragraph is decided
 once a blank line *and* the next non-blank character follow it (only then is it known not to be
@@ -35,7 +37,20 @@ def split_paragraphs(text: str, has_answer: Callable[[str], bool]) -> Split:
         return Split("", "")
     answering = [i for i, p in enumerate(paras) if has_answer(p)]
     first = answering[-1] if answering else len(paras) - 1
-    return Split(SEGMENT_SEP.join(paras[:first]), SEGMENT_SEP.join(paras[first:]))
+    reasoning, content = paras[:first], paras[first:]
+    if answering:
+        pre, rest = answer_lines(content[0], has_answer)
+        reasoning, content = reasoning + pre, rest + content[1:]
+    return Split(SEGMENT_SEP.join(reasoning), SEGMENT_SEP.join(content))
+
+
+def answer_lines(para: str, has_answer: Callable[[str], bool]) -> tuple[list[str], list[str]]:
+    """An answering paragraph as ([its lines before the first answering line], [the rest]),
+    each part one paragraph (or none)."""
+    lines = para.split("\n")
+    k = next((i for i, line in enumerate(lines) if has_answer(line)), 0)
+    pre = "\n".join(lines[:k]).strip()
+    return ([pre] if pre else []), ["\n".join(lines[k:]).strip()]
 
 
 class ParagraphSplitter(TwoPartSplitter):
@@ -87,6 +102,11 @@ class ParagraphSplitter(TwoPartSplitter):
             content = [last]
         else:
             content = held + ([last] if last else [])
+        if content and self._has_answer(content[0]):
+            pre, rest = answer_lines(content[0], self._has_answer)
+            for para in pre:
+                self._emit_paragraph(para)
+            content = rest + content[1:]
         self._held = None
         for para in content:
             self._emit(False, para)

@@ -57,6 +57,7 @@ class ChatRequest(BaseModel):
     n: int = 1
     thinking_token_budget: int | None = None  # vLLM's name
     reasoning_effort: str | None = None  # low | medium | high
+    verify: str | None = None  # Stepwise's extension (extra_body): off | async | strict
 
 
 def bad_request(message: str, field: str | None = None) -> GatewayError:
@@ -100,6 +101,7 @@ def to_job(req: ChatRequest, model_name: str) -> schema.Job:
             "seed": req.seed,
             "max_tokens": req.max_completion_tokens or req.max_tokens,
             "thinking_budget": thinking,
+            "verify": req.verify,
             "stream": "tokens" if req.stream else None,
         }.items()
         if v is not None
@@ -223,7 +225,7 @@ async def _chunks(
     def think(text: str) -> bytes:
         return _sse(chunk({"reasoning_content": text, "reasoning": text}))
 
-    sent_content = False
+    sent_content = sent_reasoning = False
     try:
         yield _sse(chunk({"role": "assistant", "content": ""}))
         async for item in sub.items(gw.config.final_grace_s):
@@ -232,6 +234,7 @@ async def _chunks(
                     sent_content = True
                     yield _sse(chunk({"content": item.text}))
                 elif item.kind == "token":
+                    sent_reasoning = True
                     yield think(item.text)
                 elif item.kind == "backtrack":
                     yield think(f"\n[backtrack to step {item.step}]\n")
@@ -240,7 +243,10 @@ async def _chunks(
                 err = item.error or schema.ErrorInfo(code="internal", message="job failed")
                 yield _sse({"error": {"code": err.code, "message": err.message}})
                 break
-            if not sent_content and (content := answer_text(item)):  # a cached Result
+            # A cached Result (no tokens were generated for it): its split, whole.
+            if not sent_reasoning and (reasoning := reasoning_text(item)):
+                yield think(reasoning)
+            if not sent_content and (content := answer_text(item)):
                 yield _sse(chunk({"content": content}))
             yield _sse(chunk({}, finish_reason(item)))
             if include_usage:

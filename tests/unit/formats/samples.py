@@ -50,6 +50,11 @@ SMOL_CHAT = "Hello! I'm an AI assistant. How can I help you today?"
 TINY_TEXT = "3x = 22 - 7 = 15\nx = 15 / 3 = 5\nCheck: 3 * 5 + 7 = 22\nAnswer: 5\n"
 
 # (format, prompt, text): every one is streamed at every cut in test_streaming.py.
+# SmolLM2 writing one step per line, the answer on the last lines of the same paragraph.
+SMOL_LINES = (
+    "12 apples * 4 bags = 56 apples\nSo she has 12 + 3 = 17 apples now.\n#### 17\nThe answer is 17."
+)
+
 CASES = [
     ("deepseek_r1", R1_PROMPT, R1_TEXT),
     ("deepseek_r1", R1_PROMPT, R1_DOUBLE_OPEN),
@@ -66,6 +71,7 @@ CASES = [
     ("plain", "", R1_CONTENT),
     # Whitespace that is no line break (\x0b, a no-break space) right after a blank line.
     ("plain", "", "Think.\n\n\x0b\u00a0Then.\n\nThe answer is 2."),
+    ("plain", "", SMOL_LINES),
     ("tiny", "", TINY_TEXT),
     ("tiny", "", "37 * 14 = 518\nAnswer: 518\n2 * 3 = 6\nAnswer: 6"),
     ("tiny", "", "Compute 7 + 8 = 15\nanswer"),

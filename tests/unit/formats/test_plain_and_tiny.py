@@ -108,3 +108,9 @@ def test_tiny_probe_and_answer_steps():
     assert not TINY.is_answer_step("3x = 15", after_thinking=False)
     assert TINY.step_delimiter == "\n"
     assert TINY.answer_prefix == TINY.probe_text == "Answer:"
+
+
+def test_plain_lines_before_the_answer_in_its_paragraph_are_reasoning():
+    parts = PLAIN.split(s.SMOL_LINES)
+    assert parts.content == "#### 17\nThe answer is 17."
+    assert parts.reasoning == "12 apples * 4 bags = 56 apples\nSo she has 12 + 3 = 17 apples now."

@@ -24,13 +24,13 @@ from lark.exceptions import LarkError, VisitError
 class ClaimLimits:
     """Bounds on what a step may ask the verifier to read or compute."""
 
-    max_step_chars: int = 4000  # a whole step (it may hold several lines)
+    max_step_chars: int = 16000  # a whole step (an R1-style paragraph can be long)
     max_line_chars: int = 1000
     max_digits: int = 30  # per number literal
     max_paren_depth: int = 32
     max_tokens: int = 200  # per relation chain; bounds the AST depth (recursion) too
     max_vars: int = 8  # distinct variables per step
-    max_claims: int = 16  # per step
+    max_claims: int = 32  # per step (the rest of a longer step is unknown: limit)
     max_exponent: int = 12
     max_degree: int = 12  # of a claim's polynomial; Z3 cancels slowly past it
     max_nonlinear_bits: int = 64  # per constant, when the checker's query is nonlinear

@@ -56,6 +56,29 @@ async def running_stack(config: PipelineConfig) -> AsyncIterator[list]:
                 await asyncio.wait_for(t, 60)
 
 
+@contextlib.asynccontextmanager
+async def serving_gateway(config: PipelineConfig, gateway_config) -> AsyncIterator[tuple]:
+    """The stack on `config` and the gateway app served by uvicorn: yields (app, address)."""
+    import uvicorn
+
+    from pipeline.gateway import create_app
+
+    app = create_app(gateway_config)
+    port = gateway_config.port
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    async with running_stack(config):
+        task = asyncio.create_task(server.serve())
+        while not server.started:
+            assert not task.done(), task.exception()
+            await asyncio.sleep(0.05)
+        try:
+            yield app, f"127.0.0.1:{port}"
+        finally:
+            server.should_exit = True
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(task, 10)
+
+
 async def run_jobs(config: PipelineConfig, jobs, extra=(), timeout_s=240, on_message=None):
     """Submit jobs (plus raw `extra` records) and collect events and Results per job id;
     `on_message(msg)` sees every message as it arrives."""

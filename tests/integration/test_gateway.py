@@ -18,12 +18,11 @@ import openai
 import pytest
 import pytest_asyncio
 import redis.asyncio
-import uvicorn
 import websockets
 
 from pipeline import services
 from pipeline.client import current_chain
-from pipeline.gateway import create_app, stream
+from pipeline.gateway import stream
 from pipeline.gateway.auth import redis_keys_name
 from pipeline.gateway.limits import RateLimit
 from pipeline.gateway.settings import GatewayConfig
@@ -31,7 +30,7 @@ from pipeline.schema import Event
 from pipeline.topics import STAGES, Topics
 from tests.integration.browser import Browser
 from tests.integration.conftest import TEST_PARTITIONS, _delete_topics
-from tests.integration.pipeline_helpers import running_stack, stack_config
+from tests.integration.pipeline_helpers import serving_gateway, stack_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 KEYS = {"key-a": "tenantA", "key-b": "tenantB"}
@@ -59,25 +58,13 @@ async def gateway(kafka_bootstrap, redis_url, verify_worker):
         pipeline=config, port=port, api_keys=KEYS, api_keys_redis=True, key_cache_ttl_s=0.2,
         tenant_rates={RATE_LIMITED: RateLimit(rate=0.05, burst=2)},
     )  # fmt: skip
-    app = create_app(gateway_config)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    async with running_stack(config):
-        task = asyncio.create_task(server.serve())
-        while not server.started:
-            assert not task.done(), task.exception()
-            await asyncio.sleep(0.05)
-        addr = f"127.0.0.1:{port}"
-        try:
-            # One job end to end first: every stage is past start-up (and a failing test's
-            # teardown never stops a worker that is still joining its group).
-            async with httpx.AsyncClient(base_url=f"http://{addr}", timeout=30) as http:
-                r = await http.post("/v1/jobs", json=job(0), headers=A)
-                await wait_done(http, r.json()["id"], A, timeout_s=120)
-            yield app.state.gateway, addr
-        finally:
-            server.should_exit = True
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(task, 10)
+    async with serving_gateway(config, gateway_config) as (app, addr):
+        # One job end to end first: every stage is past start-up (and a failing test's
+        # teardown never stops a worker that is still joining its group).
+        async with httpx.AsyncClient(base_url=f"http://{addr}", timeout=30) as http:
+            r = await http.post("/v1/jobs", json=job(0), headers=A)
+            await wait_done(http, r.json()["id"], A, timeout_s=120)
+        yield app.state.gateway, addr
     await _delete_topics(kafka_bootstrap, topics.all())
 
 

@@ -4,22 +4,18 @@ events and Result with verification on."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import uuid
 
 import openai
 import pytest
 import pytest_asyncio
-import uvicorn
 
 from pipeline import schema, services
 from pipeline.engine.prepare import resolve_model
-from pipeline.gateway import create_app
 from pipeline.gateway.settings import GatewayConfig
 from pipeline.topics import STAGES, Topics
 from tests.integration.conftest import TEST_PARTITIONS, _delete_topics
-from tests.integration.pipeline_helpers import run_jobs, running_stack, stack_config
+from tests.integration.pipeline_helpers import run_jobs, serving_gateway, stack_config
 from tests.integration.test_gateway import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
@@ -40,20 +36,11 @@ async def real_stack(kafka_bootstrap, redis_url, verify_worker, smollm2):
     counts = topics.partitions(dict.fromkeys(STAGES, TEST_PARTITIONS))
     await services.create_topics(kafka_bootstrap, topics.all(), counts)
     config = stack_config(kafka_bootstrap, redis_url, topics, model="smollm2")
-    port = free_port()
-    app = create_app(GatewayConfig(pipeline=config, port=port))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    async with running_stack(config):
-        task = asyncio.create_task(server.serve())
-        while not server.started:
-            assert not task.done(), task.exception()
-            await asyncio.sleep(0.05)
-        try:
-            yield config, f"http://127.0.0.1:{port}/v1"
-        finally:
-            server.should_exit = True
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(task, 10)
+    async with serving_gateway(config, GatewayConfig(pipeline=config, port=free_port())) as (
+        _,
+        addr,
+    ):
+        yield config, f"http://{addr}/v1"
     await _delete_topics(kafka_bootstrap, topics.all())
 
 

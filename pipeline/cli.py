@@ -246,7 +246,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from pipeline import demo
 
-    return demo.main(args.n, args.seed, args.model)
+    return demo.main(args.n, args.seed, args.model, args.reasoning_format)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -384,6 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--n", type=int, default=24, help="number of problems")
     d.add_argument("--seed", type=int, default=7)
     d.add_argument("--model", default="tiny-reasoner")
+    _add_format_arg(d)
     d.set_defaults(func=cmd_demo)
     return parser
 

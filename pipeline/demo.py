@@ -111,7 +111,7 @@ def print_report(r: dict) -> None:
         print(f"{k:<{width}}  {v}")
 
 
-def main(n: int, seed: int, model: str) -> int:
+def main(n: int, seed: int, model: str, reasoning_format: str | None = None) -> int:
     import os
 
     from pipeline.config import PipelineConfig
@@ -126,7 +126,8 @@ def main(n: int, seed: int, model: str) -> int:
         import tempfile
 
         log_dir = tempfile.mkdtemp(prefix="stepwise-demo-")
-        with Stack(PipelineConfig.from_env(model=model), log_dir=log_dir) as stack:
+        fmt = {"reasoning_format": reasoning_format} if reasoning_format else {}
+        with Stack(PipelineConfig.from_env(model=model, **fmt), log_dir=log_dir) as stack:
             for line in stack.describe():
                 print("  " + line, file=sys.stderr)
             report = asyncio.run(run_demo(stack.services.bootstrap_servers, prefix, n, seed))

@@ -196,12 +196,15 @@ class Checker:
         n = len(found)
         results: list[ClaimVerdict] = []
         context: list[Relation] = []  # the step's earlier claims with variables, not refuted
+        entailed = self._all_entailed(found, deadline)
         for claim in found:
             if claim.relation is None:
                 results.append(_unread(claim))
                 continue
             if self._premises_inconsistent:
                 verdict = StepVerdict(UNKNOWN, INCONSISTENT_PREMISES, "the premises are unsat")
+            elif claim in entailed:
+                verdict = StepVerdict(ENTAILED)
             else:
                 given = [] if claim.alternative else context
                 verdict = self._check_relation(claim.relation, given, deadline)
@@ -220,6 +223,18 @@ class Checker:
             if known and variables([claim.relation]):
                 context.append(claim.relation)
         return _step_verdict(tuple(results), n)
+
+    def _all_entailed(self, found: tuple[FoundClaim, ...], deadline: float) -> set[FoundClaim]:
+        """The stated claims with variables, when S implies all of them at once: one pair of
+        solves for the step (a right step's usual case), instead of a pair per claim."""
+        stated = [
+            c for c in found if c.relation is not None and not c.alternative
+            and variables([c.relation])
+        ]  # fmt: skip
+        if len(stated) < 2 or self._premises_inconsistent:
+            return set()
+        together = self._check_symbolic([c.relation for c in stated], deadline, len(stated))
+        return set(stated) if together.verdict == ENTAILED else set()
 
     def _check_relation(
         self, rel: Relation, context: list[Relation], deadline: float

@@ -386,6 +386,21 @@ def _validate(side: Expr, limits: ClaimLimits) -> None:
         raise ClaimError("limit", f"polynomial degree over {limits.max_degree}")
 
 
+def parse_sides(text: str, limits: ClaimLimits = DEFAULT_LIMITS) -> list[Expr]:
+    """The sides of a relation chain (`a = b < c` -> [a, b, c]), validated; ClaimError else."""
+    _precheck(text, limits)
+    try:
+        items = _PARSER.parse(text)
+    except VisitError as e:
+        raise ClaimError("unparseable", str(e.orig_exc)) from None
+    except LarkError:
+        raise ClaimError("unparseable", f"not a relation: {text[:60]!r}") from None
+    sides = list(items[0::2])
+    for side in sides:
+        _validate(side, limits)
+    return sides
+
+
 def parse_expr(text: str, limits: ClaimLimits = DEFAULT_LIMITS) -> Expr:
     """One expression (no relation), validated under the limits; ClaimError otherwise."""
     _precheck(text, limits)

@@ -28,6 +28,7 @@ from pipeline.verify.claims import (
     Relation,
     Var,
     parse_expr,
+    parse_sides,
     variables,
 )
 from pipeline.verify.prose_tokens import (
@@ -241,7 +242,7 @@ def _segment_claims(
             sides[-1].append(t)
     sides[0] = _trim_open(sides[0])
     sides[-1] = _trim_close(sides[-1])
-    parsed = [_side(s, limits) for s in sides]
+    parsed = _chain(sides, ops, limits) or [_side(s, limits) for s in sides]
     out: list[FoundClaim] = []
     last = len(ops) - 1
     for k, op in enumerate(ops):
@@ -296,6 +297,24 @@ def _trim_close(side: list[Token]) -> list[Token]:
 
 def _depth(side: list[Token]) -> int:
     return sum(t.math.count("(") - t.math.count(")") for t in side if t.kind in (LP, RP, "op"))
+
+
+def _chain(sides: list[list[Token]], ops: list[Token], limits: ClaimLimits) -> list | None:
+    """Every side at once, in one parse of the whole chain: the common case (a clean chain of
+    arithmetic) costs one grammar run instead of one per side. None: read side by side."""
+    if not all(sides) or any(op.kind == APPROX for op in ops):
+        return None
+    if any(t.kind in (NONARITH, UNSUP) for side in sides for t in side):
+        return None
+    if sum(len(side) for side in sides) > limits.max_tokens:
+        return None
+    pieces = [" ".join(t.math for t in sides[0])]
+    for op, side in zip(ops, sides[1:], strict=True):
+        pieces.append(f"{op.math} {' '.join(t.math for t in side)}")
+    try:
+        return parse_sides(" ".join(pieces), limits)
+    except ClaimError:
+        return None
 
 
 def _side(side: list[Token], limits: ClaimLimits):

@@ -201,7 +201,9 @@ def _latex(v: str, s: int, e: int, add) -> None:
 
 def rewrite(tokens: list[Token]) -> list[Token]:
     """Settle what each token means from its neighbours (see the module docstring)."""
-    tokens = _braces(tokens)
+    kinds = {t.kind for t in tokens}
+    if LP in kinds or SKIP in kinds:  # (the passes below skip what cannot apply: a bare
+        tokens = _braces(tokens)  # equation line is the most common step there is)
     out: list[Token] = []
     line_start = True
     n = len(tokens)
@@ -234,10 +236,14 @@ def rewrite(tokens: list[Token]) -> list[Token]:
         out.append(t)
     from pipeline.verify.prose_words import words_to_math  # (it imports this module's kinds)
 
-    out = words_to_math(out)
-    out = _mixed_numbers(out)
-    out = _ranges(out)
-    out = _units_and_letters(out)
+    words = WORD in kinds or VAR in kinds
+    if words:
+        out = words_to_math(out)
+    if len(out) > 3:
+        out = _mixed_numbers(out)
+    if words:
+        out = _ranges(out)
+        out = _units_and_letters(out)
     return out
 
 

@@ -5,6 +5,7 @@ logits."""
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -72,12 +73,15 @@ def test_merged_weights_give_the_adapted_model(base, tmp_path):
     out = tmp_path / "m"
     run(base, out)
     adapter = load_file(str(out / "adapter.safetensors"))
+    config = json.loads((out / "adapter_config.json").read_text())
+    rank, alpha = config["rank"], config["alpha"]
+    assert rank == 4
     adapted = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32).eval()
-    add_lora(adapted, rank=4, alpha=32.0)
+    add_lora(adapted, rank=rank, alpha=alpha)
     adapted.load_state_dict(adapter, strict=False)
     weights = load_file(str(base / "model.safetensors"))
     merged_model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32).eval()
-    merged_model.load_state_dict(merge_lora(weights, adapter, rank=4, alpha=32.0), strict=False)
+    merged_model.load_state_dict(merge_lora(weights, adapter, rank, alpha), strict=False)
     ids = torch.tensor([[5, 17, 40, 3, 99, 12]])
     with torch.no_grad():
         want, got = adapted(ids).logits, merged_model(ids).logits

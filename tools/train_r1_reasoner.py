@@ -38,7 +38,9 @@ from pipeline.evals.generators import make_problem  # noqa: E402
 from pipeline.evals.problems import TRAIN_SEED_BASE, split_of  # noqa: E402
 from pipeline.evals.r1_style import r1_trace  # noqa: E402
 
-MIX = (("arith", 0.3), ("linear", 0.2), ("system", 0.15), ("word", 0.35))
+# The broader curriculum (pipeline/evals/curriculum.py beside the tiny reasoner's families).
+MIX = (("arith", 0.15), ("product", 0.15), ("signed", 0.12), ("linear", 0.14),
+       ("system", 0.12), ("word", 0.14), ("story", 0.18))  # fmt: skip
 DATA_SEED = TRAIN_SEED_BASE + 21  # this model's training problems (the tiny reasoner's: +0, +1)
 
 

@@ -11,6 +11,7 @@ import random
 from collections.abc import Callable
 
 from pipeline.evals.algebra import gen_arith, gen_linear, gen_system
+from pipeline.evals.curriculum import gen_product, gen_signed, gen_story
 from pipeline.evals.knobs import DEFAULT_LEVEL, LEVELS, Difficulty, level_difficulty, mul_line
 from pipeline.evals.problems import TRAIN_SEED_BASE, Problem, split_of
 from pipeline.evals.word_problems import gen_drill, gen_word
@@ -23,9 +24,15 @@ FAMILIES: dict[str, Generator] = {
     "system": gen_system,
     "word": gen_word,
     "drill": gen_drill,
+    # The R1-style reasoner's broader curriculum (curriculum.py), beside the families above.
+    "product": gen_product,
+    "signed": gen_signed,
+    "story": gen_story,
 }
 # What "in-distribution" means for the held-out eval: the four problem families.
 EVAL_FAMILIES = ("arith", "linear", "system", "word")
+# The R1-style reasoner's: its training mix and its held-out eval (`--tasks broad`).
+BROAD_FAMILIES = ("arith", "product", "signed", "linear", "system", "word", "story")
 __all__ = [
     "DEFAULT_LEVEL",
     "EVAL_FAMILIES",

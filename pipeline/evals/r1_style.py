@@ -25,7 +25,8 @@ OPENERS = (
     "Alright, the problem says: {q}",
     "Okay, let's see. {q}",
 )
-LEADS = ("First, ", "So ", "Then ", "Next, ", "That gives ", "Now ", "", "Which means ")
+FIRST_LEADS = ("First, ", "", "Let me start: ", "To begin, ")
+LEADS = ("So ", "Then ", "Next, ", "That gives ", "Now ", "", "Which means ", "After that, ")
 CHECK_LEADS = (
     "Wait, let me double-check: {c}.",
     "Let me verify that: {c}.",
@@ -54,13 +55,14 @@ def latex(line: str) -> str:
     return line.replace("*", "\\times").replace("/", "\\div")
 
 
-def _sentence(rng: random.Random, line: str) -> str:
+def _sentence(rng: random.Random, line: str, first: bool = False) -> str:
+    lead = rng.choice(FIRST_LEADS if first else LEADS)
     style = rng.random()
     if style < 0.25:
-        return f"{rng.choice(LEADS)}${latex(line)}$."
+        return f"{lead}${latex(line)}$."
     if style < 0.35:
-        return f"{rng.choice(LEADS)}\\({latex(line)}\\)."
-    return f"{rng.choice(LEADS)}{line.replace('*', '×') if rng.random() < 0.3 else line}."
+        return f"{lead}\\({latex(line)}\\)."
+    return f"{lead}{line.replace('*', '×') if rng.random() < 0.3 else line}."
 
 
 def _steps_paragraphs(rng: random.Random, lines: list[str]) -> list[str]:
@@ -70,7 +72,9 @@ def _steps_paragraphs(rng: random.Random, lines: list[str]) -> list[str]:
     paras, i = [], 0
     while i < len(lines):
         take = 2 if rng.random() < 0.4 and i + 1 < len(lines) else 1
-        paras.append(" ".join(_sentence(rng, ln) for ln in lines[i : i + take]))
+        paras.append(
+            " ".join(_sentence(rng, ln, i + k == 0) for k, ln in enumerate(lines[i : i + take]))
+        )
         i += take
     return paras
 

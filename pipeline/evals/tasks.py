@@ -2,17 +2,24 @@
 
 Our families (`arith`, `linear`, `system`, `word`, `drill`) come from the seeded generators,
 held-out split; `indist` is the four problem families in equal parts (the model card's
-"in-distribution" set); `rg:<name>` comes from reasoning-gym and is scored by it.
+"in-distribution" set); `broad` the R1-style reasoner's seven (with `product`, `signed`,
+`story`: pipeline/evals/curriculum.py); `rg:<name>` comes from reasoning-gym and is scored by it.
 """
 
 from __future__ import annotations
 
 from pipeline.evals import rg_adapter
-from pipeline.evals.generators import DEFAULT_LEVEL, EVAL_FAMILIES, FAMILIES, generate
+from pipeline.evals.generators import (
+    BROAD_FAMILIES,
+    DEFAULT_LEVEL,
+    EVAL_FAMILIES,
+    FAMILIES,
+    generate,
+)
 from pipeline.evals.problems import Problem
 from pipeline.evals.scoring import TraceScore, score_trace
 
-GROUPS = {"indist": EVAL_FAMILIES}
+GROUPS = {"indist": EVAL_FAMILIES, "broad": BROAD_FAMILIES}
 
 
 def known_tasks() -> list[str]:

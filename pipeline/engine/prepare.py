@@ -99,12 +99,17 @@ def prepare_smollm2(dest: Path | None = None, force: bool = False) -> Path:
         return dest
     gguf_path = smollm2_gguf_path()
     _require_accelerate()
-    # Convert into a sibling temp folder and rename, so an interrupted run leaves no half model.
+    return write_model_dir(dest, lambda tmp: convert_gguf(gguf_path, tmp))
+
+
+def write_model_dir(dest: Path, fill) -> Path:
+    """`fill(tmp)` writes a model directory into a sibling temp folder, renamed to `dest`
+    when done: an interrupted run leaves no half model behind."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.parent / f".{dest.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        convert_gguf(gguf_path, tmp)
+        fill(tmp)
         if dest.exists():
             shutil.rmtree(dest)
         tmp.rename(dest)

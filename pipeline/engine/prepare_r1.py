@@ -12,11 +12,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 from pathlib import Path
 
-from pipeline.engine.prepare import ASSETS_DIR, is_prepared, models_dir, prepare_smollm2
+from pipeline.engine.prepare import (
+    ASSETS_DIR,
+    is_prepared,
+    models_dir,
+    prepare_smollm2,
+    write_model_dir,
+)
 from pipeline.errors import ModelLoadError
 
 R1_ADAPTER_DIR = ASSETS_DIR / "r1-lora"
@@ -68,10 +73,8 @@ def prepare_r1_reasoner(
     weights = load_file(str(base / "model.safetensors"))
     adapter = load_file(str(adapter_dir / "adapter.safetensors"))
     merged = merge_lora(weights, adapter, int(config["rank"]), float(config["alpha"]))
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.parent / f".{dest.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
+
+    def fill(tmp: Path) -> None:
         shutil.copytree(base, tmp, ignore=shutil.ignore_patterns("model.safetensors", "*.tmp*"))
         tensors = {k: v.contiguous().to(torch.float32) for k, v in merged.items()}
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
@@ -81,9 +84,5 @@ def prepare_r1_reasoner(
             "adapter_step": config.get("step"),
         }
         (tmp / "stepwise.json").write_text(json.dumps(marker, indent=2) + "\n")
-        if dest.exists():
-            shutil.rmtree(dest)
-        tmp.rename(dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return dest
+
+    return write_model_dir(dest, fill)

@@ -12,9 +12,10 @@ import pytest
 import torch
 import transformers
 
-from pipeline.engine import Engine, EngineConfig, Request, SamplingParams
+from pipeline.engine import Engine, EngineConfig, SamplingParams
 from pipeline.engine.prepare import is_prepared, smollm2_dir
 from tests.model_factory import VARIANTS
+from tests.unit.engine.test_parity import engine_last_logits
 
 pytestmark = [
     pytest.mark.gpu,
@@ -54,17 +55,11 @@ def test_cuda_engine_matches_hf_on_cuda(tiny_models, family, dtype):
     engine = Engine(
         EngineConfig(model=str(path), dtype=dtype, device="cuda", kv_cache_memory_gb=0.5)
     )
-    engine.runner.keep_logits = True
-    for i, ids in enumerate(batch):
-        engine.add(Request(f"p{i}", ids, SamplingParams(temperature=0, max_tokens=1)))
-    logits = {}
-    while engine.has_unfinished():
-        engine.step()
-        logits.update(engine.runner.last_logits)
+    logits = engine_last_logits(engine, batch)
     with torch.no_grad():
         for i, ids in enumerate(batch):
             ref = hf(torch.tensor([ids], device="cuda")).logits[0, -1].float()
-            got = logits[f"p{i}"].float().to("cuda")
+            got = logits[i].float().to("cuda")
             assert (got - ref).abs().max().item() < TOL[dtype], (family, dtype, i)
     n = GREEDY[dtype]
     outs = engine.generate(batch[1:3], SamplingParams(temperature=0, max_tokens=n, ignore_eos=True))

@@ -2,7 +2,7 @@
 
 After every engine step the driver reports the sequence's new steps, tokens spent, held finish
 and finished probes to the Reasoner, and applies what it asks of the engine (rollback, pause,
-resume, finish, the answer cue, probes). What it asks of the outside world — checks to send,
+resume, finish, the format's forcing text, probes). What it asks of the outside world — checks to send,
 notes to stream — goes back to the caller, who owns the verifier and the event stream.
 """
 
@@ -48,7 +48,7 @@ class ReasoningDriver:
         self.probes: dict[str, Sequence] = {}  # probe key -> its side sequence
         # Finished probes' answer tokens: an exit may come later, with the last verdict.
         self.probe_answers: dict[str, list[int]] = {}
-        self.num_appended = 0  # tokens put in by the driver (answer cues), not generated
+        self.num_appended = 0  # tokens put in by the driver (forcing texts), not generated
         self.spliced: dict[int, str] = {}  # step index -> verdict of a step from the cache
         self.lookups: set[int] = set()  # step indexes the step cache was asked for
         self.format = config.format

@@ -24,12 +24,14 @@ never stalls a job.
 
 Budget (shared/DESIGN.md §8): when the thinking budget runs out (`max_thinking_tokens`, counting
 kept, discarded and probe tokens, or `max_steps`), the sequence pauses until its pending
-verdicts are in, is cut back to the end of its last accepted step, gets the answer cue appended
-and decodes the answer greedily (`stop_reason` budget) — it is never just truncated. Early exit:
-after every `probe_every`-th step a probe (the cue plus a few greedy tokens, a side sequence
+verdicts are in, is cut back to the end of its last accepted step, gets the format's forcing text
+appended (the thinking closed, the answer prefix: `ReasoningConfig.format`) and decodes the
+answer greedily (`stop_reason` budget) — it is never just truncated. Early exit: after every
+`probe_every`-th step a probe (the format's probe text plus a few greedy tokens, a side sequence
 sharing the KV prefix) reads the answer the model would give now; when the last `probe_agree`
 probes agree, or one probe's mean token probability reaches `probe_confidence`, and every step
-so far is verified, the job ends with that answer (`stop_reason` early_exit).
+so far is verified (none unknown, one entailed or consistent), the job ends with that answer
+(`stop_reason` early_exit).
 """
 
 from __future__ import annotations
@@ -147,7 +149,7 @@ class Pause:
 
 @dataclass(frozen=True, slots=True)
 class ForceAnswer:
-    """Cut the sequence to `position`, append the answer cue, decode the answer greedily."""
+    """Cut the sequence to `position`, append the forcing text, decode the answer greedily."""
 
     position: int
 

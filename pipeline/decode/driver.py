@@ -2,8 +2,8 @@
 
 After every engine step the driver reports the sequence's new steps, tokens spent, held finish
 and finished probes to the Reasoner, and applies what it asks of the engine (rollback, pause,
-resume, finish, the format's forcing text, probes). What it asks of the outside world — checks to send,
-notes to stream — goes back to the caller, who owns the verifier and the event stream.
+resume, finish, the format's forcing text, probes). What it asks of the outside world — checks
+to send, notes to stream — goes back to the caller, who owns the verifier and the event stream.
 """
 
 from __future__ import annotations

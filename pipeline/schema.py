@@ -232,6 +232,15 @@ class ClaimInfo(msgspec.Struct, kw_only=True):
     reason: str = ""  # with unknown: unparseable | unsupported | limit | timeout | ...
 
 
+def claim_infos(claims: Iterable[Any]) -> list[ClaimInfo]:
+    """Claims as wire structs: the checker's ClaimVerdicts, or ClaimInfos as they arrived."""
+    return [
+        c if isinstance(c, ClaimInfo)
+        else ClaimInfo(text=c.text, span=tuple(c.span), verdict=c.verdict, reason=c.reason)
+        for c in claims
+    ]  # fmt: skip
+
+
 class VerificationReport(msgspec.Struct, kw_only=True):
     """What a job's verification covered (pipeline/verify/coverage.py). Claims count every
     check made, rolled-back attempts too; steps count the kept chain."""

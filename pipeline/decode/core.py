@@ -102,7 +102,7 @@ def outward(
             events.append(run.event("step", now_ms, step=o.step, text=text))
         else:
             kw = {"step": o.step, "text": text, "verdict": o.verdict, "detail": o.detail}
-            events.append(run.event(o.kind, now_ms, claims=claim_infos(o.claims), **kw))
+            events.append(run.event(o.kind, now_ms, claims=schema.claim_infos(o.claims), **kw))
     return events, requests
 
 
@@ -174,13 +174,4 @@ def finish(
 def step_record(step, fmt) -> schema.StepRecord:
     verdict = step.verdict or "unknown"
     text = fmt.strip_markers(step.text).strip()
-    return schema.StepRecord(text=text, verdict=verdict, claims=claim_infos(step.claims))
-
-
-def claim_infos(claims) -> list[schema.ClaimInfo]:
-    """The verifier's claims as wire structs (they arrive as ClaimInfo from Celery)."""
-    return [
-        c if isinstance(c, schema.ClaimInfo)
-        else schema.ClaimInfo(text=c.text, span=tuple(c.span), verdict=c.verdict, reason=c.reason)
-        for c in claims
-    ]  # fmt: skip
+    return schema.StepRecord(text=text, verdict=verdict, claims=schema.claim_infos(step.claims))

@@ -9,7 +9,7 @@ mentions numbers makes no claim.
 
 from __future__ import annotations
 
-from pipeline.verify.prose_tokens import BREAK, LP, NUM, OP, REL, RP, VAR, WORD, Token
+from pipeline.verify.prose_tokens import _WORD_OPS, BREAK, LP, NUM, OP, REL, RP, VAR, WORD, Token
 
 _IS = {"is", "equals", "makes", "gives", "leaves", "yields", "totals", "are", "was", "were",
        "comes", "get", "gets"}  # fmt: skip
@@ -17,7 +17,6 @@ _BY = {"divided": "/", "multiplied": "*"}  # "... divided by 12"
 _FRACTION_OF = {"half": (1, 2), "third": (1, 3), "quarter": (1, 4), "fifth": (1, 5),
                 "tenth": (1, 10)}  # fmt: skip
 _TIMES_OF = {"twice": 2, "double": 2, "triple": 3, "thrice": 3}
-_WORD_OPS = {"plus": "+", "minus": "-", "times": "*"}
 _PAIR_OF = {"sum": "+", "total": "+", "product": "*", "difference": "-"}
 
 

@@ -73,14 +73,6 @@ def _worker_name() -> str:
     return f"verify-{socket.gethostname()}-{os.getpid()}"
 
 
-def claim_infos(v) -> list[schema.ClaimInfo]:
-    """A StepVerdict's claims as wire structs."""
-    return [
-        schema.ClaimInfo(text=c.text, span=c.span, verdict=c.verdict, reason=c.reason)
-        for c in v.claims
-    ]
-
-
 def run_check(req: schema.VerifyRequest) -> schema.VerdictMessage:
     """The check itself (no Celery, no Redis): what the task computes."""
     from pipeline.verify.checker import check_step
@@ -91,7 +83,7 @@ def run_check(req: schema.VerifyRequest) -> schema.VerdictMessage:
             req.problem, req.premises, req.accepted, req.text, timeout_ms=CHECK_TIMEOUT_MS
         )
         verdict, reason, detail = v.verdict, v.reason, v.detail
-        claims = claim_infos(v)
+        claims = schema.claim_infos(v.claims)
     except SoftTimeLimitExceeded:
         verdict, reason, detail, claims = "unknown", "timeout", "task time limit", []
     return schema.VerdictMessage(

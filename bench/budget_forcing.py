@@ -50,9 +50,7 @@ def run_budget(backend, problems, prompts, budget: int | None, args) -> dict:
         right += answers_match(answer, p.answer)
         if out.stop_reason == "budget":
             forced += 1
-            closed = not fmt.in_thinking(out.text)
-            boxed = not fmt.answer_prefix.endswith("{") or "}" in fmt.split(out.text).content
-            formed += closed and boxed and answer is not None
+            formed += fmt.well_formed(out.text)
     n = len(problems)
     return {
         "budget": budget,

@@ -1,17 +1,23 @@
 """SLO under load: a fixed thinking budget vs the budget controller, on the local stack.
 
     python bench/slo_load.py --rates 4,8,12,16,20,24 --phase-s 20
+    python bench/slo_load.py --model r1-reasoner --tasks broad --slo-ms 10000 \\
+        --rates 0.25,0.5,0.75,1,1.5,2 --phase-s 60
 
-Open-loop Poisson arrivals (seeded) step through increasing rates; the same job stream (held-out
-tiny-reasoner problems, default Job parameters: T = 1.0, verification async) goes through two
-fresh local stacks (embedded broker + Redis, ingest / prefill / decode / verify workers as
-processes): "fixed" keeps the stamped default budget; "controller" adds the budget worker, which
-publishes live limits from the Results' latencies and the queue lag. Per rate: goodput (jobs/s
-finishing within the SLO), p95 end-to-end latency (a job still unfinished when the run drains
-counts as infinitely late), accuracy; a PNG plot. Then early exit, on the engine directly:
-tokens saved at equal accuracy. The last line is one JSON object with `goodput_ratio` and
-`accuracy_delta_points` (controller vs fixed, at the first rate where the fixed budget's p95
-breaks the SLO) and `early_exit_token_saving`.
+Goodput as DistServe defines it: the highest arrival rate at which at least 90% of jobs finish
+within the SLO. Per rate, one phase of open-loop Poisson arrivals (seeded: the same job stream
+in both modes), then a drain until every job of the phase has its Result (or --drain-s passes;
+an unfinished job counts as infinitely late), so no phase inherits another's backlog. The
+stream goes through two fresh local stacks (embedded broker + Redis, ingest / prefill / decode
+/ verify workers as processes): "fixed" keeps the stamped default budget; "controller" adds the
+budget worker, which publishes live limits from the Results' latencies and the queue lag (its
+interactive SLO is --slo-ms: STEPWISE_SLO_MS). Jobs: held-out problems of --tasks as the model
+is prompted (the tiny reasoner's line, else a chat message with the format's answer
+instruction), --temperature, verification async (the Job default). Per rate: SLO attainment,
+p95 end-to-end latency, accuracy, mean tokens, forced answers; a PNG with attainment and p95
+against the rate. The last line is one JSON object with each mode's `goodput`, the
+`goodput_ratio` (controller / fixed) and `accuracy_delta_points` (the controller's accuracy at
+its goodput rate minus the fixed budget's at its own).
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+ATTAINMENT = 0.9  # DistServe: goodput is the highest rate with >= 90% of jobs within the SLO
 
 
 def finite(obj):
@@ -49,25 +57,39 @@ def p95(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
 
 
-async def drive(bootstrap: str, prefix: str, problems, rates, phase_s, drain_s, seed) -> list:
-    """Submit the arrival schedule; returns (rate, problem, submit_s, latency_s | inf, result)."""
+def arrivals(rate: float, phase_s: float, seed: int) -> list[float]:
+    """Poisson arrival offsets (s) over one phase; a pure function of its arguments."""
+    rng, t, out = random.Random(seed), 0.0, []
+    while True:
+        t += rng.expovariate(rate)
+        if t >= phase_s:
+            return out
+        out.append(t)
+
+
+def make_job(p, i: int, args, instruction: str | None):
+    from pipeline import schema
+
+    params = schema.JobParams(seed=i, stream="none", temperature=args.temperature)
+    common = dict(
+        id=f"slo-{uuid.uuid4().hex[:8]}-{i}", premises=list(p.premises), params=params,
+        created_ms=int(time.time() * 1000),
+    )  # fmt: skip
+    if instruction is None:  # the tiny reasoner's own prompt line
+        return schema.Job(prompt=" ".join(p.question.split()), **common)
+    message = schema.Message(role="user", content=f"{p.question}\n{instruction}")
+    return schema.Job(messages=[message], **common)
+
+
+async def drive(bootstrap, prefix, problems, phases, drain_s, args, instruction) -> list:
+    """Each phase (rate, arrival offsets, first problem index) in turn, drained before the
+    next; returns (rate, problem, latency_s | inf, result | None) per job."""
     from aiokafka import AIOKafkaConsumer
 
     from pipeline import schema
     from pipeline.client import StepwiseClient
     from pipeline.topics import Topics
 
-    rng = random.Random(seed)
-    schedule = []  # (time offset, rate)
-    t0 = 0.0
-    for rate in rates:
-        t = t0
-        while True:
-            t += rng.expovariate(rate)
-            if t >= t0 + phase_s:
-                break
-            schedule.append((t, rate))
-        t0 += phase_s
     topics = Topics(prefix)
     results: dict[str, tuple[float, schema.Result]] = {}
     consumer = AIOKafkaConsumer(
@@ -90,61 +112,65 @@ async def drive(bootstrap: str, prefix: str, problems, rates, phase_s, drain_s, 
                     results.setdefault(res.id, (now, res))
 
     collector = asyncio.create_task(collect())
-    jobs = []
+    out = []
     async with StepwiseClient(bootstrap, prefix) as client:
-        start = time.perf_counter()
-        for i, (offset, rate) in enumerate(schedule):
-            delay = start + offset - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            p = problems[i % len(problems)]
-            job = schema.Job(
-                id=f"slo-{uuid.uuid4().hex[:8]}-{i}",
-                prompt=" ".join(p.question.split()),
-                premises=list(p.premises),
-                params=schema.JobParams(seed=i, stream="none"),
-                created_ms=int(time.time() * 1000),
-            )
-            jobs.append((job.id, rate, p, time.perf_counter()))
-            await client.submit(job)
-        deadline = time.perf_counter() + drain_s
-        while len(results) < len(jobs) and time.perf_counter() < deadline:
-            await asyncio.sleep(0.2)
+        for rate, offsets, first in phases:
+            sent = []
+            start = time.perf_counter()
+            for k, offset in enumerate(offsets):
+                delay = start + offset - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                p = problems[(first + k) % len(problems)]
+                job = make_job(p, first + k, args, instruction)
+                sent.append((job.id, p, time.perf_counter()))
+                await client.submit(job)
+            deadline = time.perf_counter() + drain_s
+            while any(j not in results for j, _, _ in sent) and time.perf_counter() < deadline:
+                await asyncio.sleep(0.2)
+            for job_id, p, t in sent:
+                got = results.get(job_id)
+                out.append((rate, p, got[0] - t if got else math.inf, got[1] if got else None))
+            print(f"  rate {rate}: {len(sent)} jobs, {sum(j in results for j, _, _ in sent)} done",
+                  file=sys.stderr, flush=True)  # fmt: skip
     collector.cancel()
     await consumer.stop()
-    out = []
-    for job_id, rate, p, sent in jobs:
-        got = results.get(job_id)
-        out.append((rate, p, sent, got[0] - sent if got else math.inf, got[1] if got else None))
     return out
 
 
-def summarize(rows, rates, phase_s, slo_s) -> list[dict]:
+def summarize(rows, rates, slo_s) -> list[dict]:
     from pipeline.evals import answers_match
 
     table = []
     for rate in rates:
         mine = [r for r in rows if r[0] == rate]
-        lat = [r[3] for r in mine]
-        done = [r for r in mine if r[4] is not None and r[4].status == "ok"]
-        right = sum(answers_match(r[4].answer, r[1].answer) for r in done)
+        lat = [r[2] for r in mine]
+        done = [r for r in mine if r[3] is not None and r[3].status == "ok"]
+        right = sum(answers_match(r[3].answer, r[1].answer) for r in done)
         table.append(
             {
                 "rate": rate,
                 "jobs": len(mine),
-                "goodput": sum(x <= slo_s for x in lat) / phase_s,
+                "attainment": sum(x <= slo_s for x in lat) / len(lat) if lat else float("nan"),
                 "p95_s": p95(lat),
-                "accuracy": right / len(done) if done else float("nan"),
+                "accuracy": right / len(mine) if mine else float("nan"),  # unfinished: wrong
                 "mean_tokens": (
-                    sum(r[4].budget.used for r in done) / len(done) if done else float("nan")
+                    sum(r[3].budget.used for r in done) / len(done) if done else float("nan")
                 ),
-                "budget_stops": sum(r[4].budget.stop_reason == "budget" for r in done),
+                "budget_stops": sum(r[3].budget.stop_reason == "budget" for r in done),
             }
         )
     return table
 
 
-def run_stack(mode: str, args, problems, rates) -> list[dict]:
+def goodput(table: list[dict]) -> dict | None:
+    """DistServe's goodput over a sweep: the row of the highest rate whose attainment is at
+    least ATTAINMENT (None: not even the lowest rate)."""
+    ok = [r for r in table if r["attainment"] >= ATTAINMENT]
+    return max(ok, key=lambda r: r["rate"]) if ok else None
+
+
+def run_stack(mode: str, args, problems, phases, instruction) -> list[dict]:
     from pipeline.config import PipelineConfig
     from pipeline.stack import Stack
 
@@ -154,41 +180,28 @@ def run_stack(mode: str, args, problems, rates) -> list[dict]:
     log_dir = tempfile.mkdtemp(prefix=f"stepwise-slo-{mode}-")
     for name in ("STEPWISE_KAFKA", "STEPWISE_REDIS"):
         os.environ.pop(name, None)  # fresh embedded services for each mode
-    config = PipelineConfig.from_env(model="tiny-reasoner", dtype="float32")
+    os.environ["STEPWISE_SLO_MS"] = str(args.slo_ms)  # the budget worker's interactive SLO
+    config = PipelineConfig.from_env(model=args.model, dtype="float32")
+    rates = [r for r, _, _ in phases]
     with Stack(config, workers=workers, log_dir=log_dir) as stack:
         bootstrap = stack.services.bootstrap_servers
-        # Warm up: a short low-rate phase, not measured (workers load models, groups settle).
-        asyncio.run(drive(bootstrap, config.topic_prefix, problems, [2.0], 5.0, 60.0, 1))
+        # Warm up, not measured: workers load models, groups settle, kernels get built.
+        warm = [(rates[0], arrivals(rates[0], args.warmup_s, 1), 10_000)]
+        asyncio.run(drive(bootstrap, config.topic_prefix, problems, warm, args.drain_s, args,
+                          instruction))  # fmt: skip
         rows = asyncio.run(
-            drive(bootstrap, config.topic_prefix, problems, rates, args.phase_s, args.drain_s, 7)
-        )
-    table = summarize(rows, rates, args.phase_s, args.slo_ms / 1000)
+            drive(bootstrap, config.topic_prefix, problems, phases, args.drain_s, args,
+                  instruction)
+        )  # fmt: skip
+    table = summarize(rows, rates, args.slo_ms / 1000)
     print(f"\n{mode} (logs: {log_dir})")
-    print(f"{'rate':>6}{'jobs':>6}{'goodput':>9}{'p95 s':>8}{'acc':>7}{'tokens':>8}{'forced':>8}")
+    print(f"{'rate':>6}{'jobs':>6}{'in SLO':>8}{'p95 s':>8}{'acc':>7}{'tokens':>8}{'forced':>8}")
     for r in table:
         print(
-            f"{r['rate']:>6.1f}{r['jobs']:>6}{r['goodput']:>9.2f}{r['p95_s']:>8.2f}"
+            f"{r['rate']:>6.2f}{r['jobs']:>6}{r['attainment']:>8.1%}{r['p95_s']:>8.2f}"
             f"{r['accuracy']:>7.1%}{r['mean_tokens']:>8.1f}{r['budget_stops']:>8}"
         )
     return table
-
-
-def early_exit_saving(n: int) -> dict:
-    """Tokens per problem with and without early exit (verify off), same problems and seeds."""
-    import torch
-    from early_exit import run  # bench/early_exit.py: the policy sweep this is one row of
-
-    torch.set_num_threads(1)
-    out = {"off": run(n, "off", None, 1.0), "early_exit": run(n, "off", (2, None), 1.0)}
-    off, ee = out["off"], out["early_exit"]
-    out["token_saving"] = 1 - ee["mean_tokens"] / off["mean_tokens"]
-    out["accuracy_delta_points"] = 100 * (ee["accuracy"] - off["accuracy"])
-    print(
-        f"\nearly exit (engine, {n} problems, T=1.0): tokens {off['mean_tokens']:.1f} -> "
-        f"{ee['mean_tokens']:.1f} ({out['token_saving']:+.1%}, probes {ee['probe_tokens']:.1f}/"
-        f"problem, {ee['exits']} exits), accuracy {off['accuracy']:.1%} -> {ee['accuracy']:.1%}"
-    )
-    return out
 
 
 def plot(fixed, ctl, slo_s, path: str) -> None:
@@ -200,12 +213,13 @@ def plot(fixed, ctl, slo_s, path: str) -> None:
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
     for name, t in (("fixed budget", fixed), ("controller", ctl)):
         rates = [r["rate"] for r in t]
-        a.plot(rates, [r["goodput"] for r in t], marker="o", label=name)
-        b.plot(rates, [min(r["p95_s"], 60) for r in t], marker="o", label=name)
-    a.plot(rates, rates, ls=":", c="grey", label="offered")
-    a.set(xlabel="offered rate (jobs/s)", ylabel="goodput (jobs/s within SLO)")
+        a.plot(rates, [100 * r["attainment"] for r in t], marker="o", label=name)
+        b.plot(rates, [min(r["p95_s"], 10 * slo_s) for r in t], marker="o", label=name)
+    a.axhline(100 * ATTAINMENT, ls="--", c="red", label=f"{ATTAINMENT:.0%} (goodput bar)")
+    a.set(xlabel="arrival rate (jobs/s)", ylabel="jobs within the SLO (%)")
     b.axhline(slo_s, ls="--", c="red", label="SLO")
-    b.set(xlabel="offered rate (jobs/s)", ylabel="p95 latency (s, capped at 60)", yscale="log")
+    b.set(xlabel="arrival rate (jobs/s)", ylabel=f"p95 latency (s, capped at {10 * slo_s:g})",
+          yscale="log")  # fmt: skip
     a.legend(), b.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -213,43 +227,54 @@ def plot(fixed, ctl, slo_s, path: str) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--model", default="tiny-reasoner", help="a model name or directory")
+    ap.add_argument("--tasks", default="indist", help="a task or group (indist, broad, ...)")
     ap.add_argument("--rates", default="4,8,12,16,20,24", help="jobs/s, one phase each")
     ap.add_argument("--phase-s", type=float, default=20.0)
+    ap.add_argument("--warmup-s", type=float, default=5.0, help="an unmeasured first phase")
     ap.add_argument("--drain-s", type=float, default=60.0, help="wait for stragglers")
     ap.add_argument("--slo-ms", type=float, default=2000.0, help="the interactive class's SLO")
-    ap.add_argument("--early-exit-n", type=int, default=500)
+    ap.add_argument("--temperature", type=float, default=1.0, help="the Jobs' temperature")
+    ap.add_argument("--modes", default="fixed,controller")
     ap.add_argument("--plot", default=str(Path(__file__).with_name("slo_load.png")))
     args = ap.parse_args()
+    from pipeline.engine.prepare import resolve_model
+    from pipeline.evals.runner import answer_instruction
     from pipeline.evals.tasks import load_problems
+    from pipeline.formats import format_for
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    fmt = format_for(resolve_model(args.model), None)
+    instruction = None if fmt.name == "tiny" else answer_instruction(fmt)
     rates = [float(r) for r in args.rates.split(",")]
-    problems = load_problems("indist", 400, 0)
-    fixed = run_stack("fixed", args, problems, rates)
-    ctl = run_stack("controller", args, problems, rates)
+    problems = load_problems(args.tasks, 400, 0)
+    phases, first = [], 0
+    for i, rate in enumerate(rates):
+        offsets = arrivals(rate, args.phase_s, 7 + i)
+        phases.append((rate, offsets, first))
+        first += len(offsets)
+    tables = {m: run_stack(m, args, problems, phases, instruction) for m in args.modes.split(",")}
     slo_s = args.slo_ms / 1000
-    plot(fixed, ctl, slo_s, args.plot)
-    broken = next((i for i, r in enumerate(fixed) if r["p95_s"] > slo_s), None)
-    report = {"bench": "slo_load", "rates": rates, "phase_s": args.phase_s, "slo_ms": args.slo_ms,
-              "fixed": fixed, "controller": ctl, "plot": args.plot}  # fmt: skip
-    if broken is None:
-        print("\nthe fixed budget never broke the SLO: raise --rates")
-        report.update(goodput_ratio=None, accuracy_delta_points=None)
-    else:
-        f, c = fixed[broken], ctl[broken]
-        report["break_rate"] = f["rate"]
-        report["goodput_ratio"] = c["goodput"] / f["goodput"] if f["goodput"] else math.inf
-        report["accuracy_delta_points"] = 100 * (c["accuracy"] - f["accuracy"])
-        print(
-            f"\nat {f['rate']} jobs/s (fixed p95 {f['p95_s']:.2f} s > SLO): controller p95 "
-            f"{c['p95_s']:.2f} s, goodput {c['goodput']:.2f} vs {f['goodput']:.2f} jobs/s "
-            f"(ratio {report['goodput_ratio']:.2f}), accuracy {c['accuracy']:.1%} vs "
-            f"{f['accuracy']:.1%}"
-        )
-    ee = early_exit_saving(args.early_exit_n)
-    report["early_exit"] = ee
-    report["early_exit_token_saving"] = ee["token_saving"]
-    print(f"plot: {args.plot}")
+    report = {"bench": "slo_load", "model": args.model, "tasks": args.tasks, "rates": rates,
+              "phase_s": args.phase_s, "slo_ms": args.slo_ms, "temperature": args.temperature,
+              **tables, "plot": args.plot}  # fmt: skip
+    for mode, table in tables.items():
+        best = goodput(table)
+        report[f"{mode}_goodput"] = best["rate"] if best else 0.0
+        report[f"{mode}_accuracy_at_goodput"] = best["accuracy"] if best else None
+        print(f"{mode}: goodput {report[f'{mode}_goodput']} jobs/s", end="")
+        print(f", accuracy there {best['accuracy']:.1%}" if best else " (no rate met 90%)")
+    if set(tables) == {"fixed", "controller"}:
+        plot(tables["fixed"], tables["controller"], slo_s, args.plot)
+        f, c = report["fixed_goodput"], report["controller_goodput"]
+        report["goodput_ratio"] = c / f if f else (math.inf if c else None)
+        fa, ca = report["fixed_accuracy_at_goodput"], report["controller_accuracy_at_goodput"]
+        if fa is not None and ca is not None:
+            report["accuracy_delta_points"] = 100 * (ca - fa)
+        print(f"goodput ratio {report['goodput_ratio']}, accuracy delta "
+              f"{report.get('accuracy_delta_points')} points; plot: {args.plot}")  # fmt: skip
+    if max(rates) <= min(report.get(f"{m}_goodput", 0.0) for m in tables):
+        print("every mode met the SLO at the highest rate: raise --rates")
     print(json.dumps(finite(report)))
     return 0
 

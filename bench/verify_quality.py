@@ -1,6 +1,11 @@
 """Verification quality and cost: verify off / async / strict, side by side, one run.
 
     python bench/verify_quality.py --n 500 --seed 0
+    python bench/verify_quality.py --model r1-reasoner --tasks broad --n 500 --temperature 0.7
+
+Any model (`--model`: a name `stepwise models list` shows, or a directory): prompts as
+`stepwise eval` sends them (the tiny reasoner's own line, or the chat template with the
+format's answer instruction), answers scored by the model's reasoning format.
 
 The same problems, prompts and sampling seeds in every mode; one fresh engine per mode (so no
 mode profits from another's prefix cache), after one untimed warm-up pass; one engine thread,
@@ -17,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -24,36 +30,49 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def run_mode(mode, problems, prompts, args, verifier) -> dict:
+def make_engine(args):
     import torch
 
+    from pipeline.engine import Engine, EngineConfig
+    from pipeline.engine.prepare import resolve_model
+
+    torch.set_num_threads(1)
+    model = str(resolve_model(args.model))
+    return Engine(EngineConfig(model=model, dtype="float32", max_num_seqs=args.batch))
+
+
+def run_mode(mode, problems, prompts, args, verifier) -> dict:
     from pipeline.decode.reasoning import ReasoningConfig
-    from pipeline.engine import Engine, EngineConfig, SamplingParams
+    from pipeline.engine import SamplingParams
     from pipeline.evals import tasks
     from pipeline.evals.verified import generate_verified
 
-    torch.set_num_threads(1)
-    engine = Engine(EngineConfig(model=args.model, dtype="float32", max_num_seqs=args.batch))
+    engine = make_engine(args)
+    fmt = engine.reasoning_format
     params = [
         SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens, seed=s)
         for s in range(args.seed * 1_000_003, args.seed * 1_000_003 + len(prompts))
     ]
     config = ReasoningConfig(
-        verify=mode, max_retries=args.max_retries, max_backtracks=args.max_backtracks
+        verify=mode, max_retries=args.max_retries, max_backtracks=args.max_backtracks, format=fmt
     )
     stats: dict = {}
     t0 = time.perf_counter()
     outs = generate_verified(
         engine, prompts, [p.premises for p in problems], params, config,
-        verifier if mode != "off" else None, stats,
+        verifier if mode != "off" else None, stats, [p.question for p in problems],
     )  # fmt: skip
     wall = time.perf_counter() - t0
-    correct = [tasks.score(p, o.text)[1] >= 1.0 for p, o in zip(problems, outs, strict=True)]
+    engine.close()
+    scored = [tasks.score(p, o.text, fmt) for p, o in zip(problems, outs, strict=True)]
+    correct = [s[1] >= 1.0 for s in scored]
+    formed = [fmt.well_formed(o.text) for o in outs]
     tokens = sum(o.num_tokens for o in outs)
     sat_s = stats.get("saturated_s") or 0.0
     return {
         "mode": mode,
         "accuracy": sum(correct) / len(outs),
+        "well_formed": sum(formed) / len(outs),
         "mean_tokens": tokens / len(outs),
         "mean_wasted_tokens": sum(o.wasted_tokens for o in outs) / len(outs),
         "backtracks": sum(o.backtracks for o in outs),
@@ -66,39 +85,67 @@ def run_mode(mode, problems, prompts, args, verifier) -> dict:
     }
 
 
-def compare(label: str, problems, args, verifier) -> dict:
-    from pipeline.evals.problems import format_prompt
+def median_row(rows: list[dict]) -> dict:
+    """Each numeric figure's median over repeated runs of one mode."""
+    out = dict(rows[0])
+    for k, v in rows[0].items():
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            vals = [r[k] for r in rows if r[k] is not None]
+            out[k] = statistics.median(vals) if vals else None
+    return out
 
-    prompts = [format_prompt(p) for p in problems]
+
+def compare(label: str, problems, args, verifier) -> dict:
+    from pipeline.evals.runner import eval_prompts
+
+    probe = make_engine(args)  # the prompts as `stepwise eval` builds them for this model
+    prompts = eval_prompts(problems, type("B", (), {"engine": probe})(), probe.reasoning_format)
+    probe.close()
     # An untimed pass first: one-time costs (oneDNN kernel creation for each batch shape, the
     # allocator) would otherwise land on whichever mode runs first.
-    run_mode("off", problems, prompts, args, verifier)
-    rows = {m: run_mode(m, problems, prompts, args, verifier) for m in ("off", "async", "strict")}
+    # One engine batch of it is enough: every mode runs on a fresh engine anyway.
+    warm = min(len(problems), args.batch)
+    run_mode("off", problems[:warm], prompts[:warm], args, verifier)
+    modes = args.modes.split(",")
+    # Repeats interleave the modes (off, async, strict, off, ...) so drift in the machine's
+    # speed lands on all of them; the figures are each mode's medians, with their range.
+    runs = {m: [] for m in modes}
+    for _ in range(args.repeats):
+        for m in modes:
+            runs[m].append(run_mode(m, problems, prompts, args, verifier))
+    rows = {m: median_row(rs) for m, rs in runs.items()}
     off = rows["off"]
-    head = f"{'mode':<8}{'acc':>8}{'tok':>8}{'wasted':>8}{'bt':>6}{'gave up':>9}"
+    head = f"{'mode':<8}{'acc':>8}{'fmt':>7}{'tok':>8}{'wasted':>8}{'bt':>6}{'gave up':>9}"
     head += f"{'wall s':>8}{'tok/s':>8}{'sat tok/s':>11}"
     print(f"\n{label}: {len(problems)} problems, T={args.temperature}, "
-          f"max_tokens={args.max_tokens}, k={args.max_retries}")  # fmt: skip
+          f"max_tokens={args.max_tokens}, k={args.max_retries}, "
+          f"medians of {args.repeats} run(s)")  # fmt: skip
     print(head + "\n" + "-" * len(head))
     for r in rows.values():
         sat = r["saturated_tokens_per_s"]
         print(
-            f"{r['mode']:<8}{r['accuracy']:>8.1%}{r['mean_tokens']:>8.1f}"
+            f"{r['mode']:<8}{r['accuracy']:>8.1%}{r['well_formed']:>7.1%}{r['mean_tokens']:>8.1f}"
             f"{r['mean_wasted_tokens']:>8.1f}{r['backtracks']:>6}{r['gave_up']:>9}"
             f"{r['wall_s']:>8.1f}{r['tokens_per_s']:>8.0f}{sat or 0:>11.0f}"
         )
-    out = {"problems": len(problems), "modes": rows}
-    for m in ("async", "strict"):
+    out = {"problems": len(problems), "repeats": args.repeats, "modes": rows, "runs": runs}
+    for m in [m for m in modes if m != "off"]:
         r = rows[m]
-        out[f"{m}_accuracy_gain_points"] = 100 * (r["accuracy"] - off["accuracy"])
-        out[f"{m}_throughput_ratio"] = r["tokens_per_s"] / off["tokens_per_s"]
+        pairs = list(zip(runs["off"], runs[m], strict=True))  # run i of each mode, side by side
+        gains = [100 * (b["accuracy"] - a["accuracy"]) for a, b in pairs]
+        ratios = [b["tokens_per_s"] / a["tokens_per_s"] for a, b in pairs]
+        out[f"{m}_accuracy_gain_points"] = statistics.median(gains)
+        out[f"{m}_accuracy_gain_range"] = [min(gains), max(gains)]
+        out[f"{m}_throughput_ratio"] = statistics.median(ratios)
+        out[f"{m}_throughput_ratio_range"] = [min(ratios), max(ratios)]
         out[f"{m}_problems_per_s_ratio"] = r["problems_per_s"] / off["problems_per_s"]
         if r["saturated_tokens_per_s"] and off["saturated_tokens_per_s"]:
             ratio = r["saturated_tokens_per_s"] / off["saturated_tokens_per_s"]
             out[f"{m}_saturated_throughput_ratio"] = ratio
         print(
-            f"{m} vs off: accuracy {out[f'{m}_accuracy_gain_points']:+.1f} points, tok/s ratio "
-            f"{out[f'{m}_throughput_ratio']:.2f} (saturated "
+            f"{m} vs off: accuracy {out[f'{m}_accuracy_gain_points']:+.1f} points "
+            f"({min(gains):+.1f} to {max(gains):+.1f}), tok/s ratio "
+            f"{out[f'{m}_throughput_ratio']:.2f} ({min(ratios):.2f}-{max(ratios):.2f}; saturated "
             f"{out.get(f'{m}_saturated_throughput_ratio', float('nan')):.2f}), problems/s "
             f"ratio {out[f'{m}_problems_per_s_ratio']:.2f}"
         )
@@ -107,12 +154,12 @@ def compare(label: str, problems, args, verifier) -> dict:
 
 def main() -> int:
     from pipeline.evals import tasks
-    from pipeline.evals.runner import DEFAULT_MODEL
     from pipeline.verify.local import LocalVerifier
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--model", default=str(DEFAULT_MODEL))
-    ap.add_argument("--n", type=int, default=500, help="held-out problems (indist)")
+    ap.add_argument("--model", default="tiny-reasoner", help="a model name or directory")
+    ap.add_argument("--tasks", default="indist", help="a task or group (indist, broad, ...)")
+    ap.add_argument("--n", type=int, default=500, help="held-out problems of --tasks")
     ap.add_argument("--rg-n", type=int, default=100, help="per reasoning-gym task (0: skip)")
     ap.add_argument("--rg-tasks", default="rg:basic_arithmetic,rg:chain_sum")
     ap.add_argument("--seed", type=int, default=0)
@@ -123,6 +170,8 @@ def main() -> int:
     ap.add_argument("--max-retries", type=int, default=None, help="default: ReasoningConfig's")
     ap.add_argument("--max-backtracks", type=int, default=None)
     ap.add_argument("--batch", type=int, default=64, help="engine max_num_seqs")
+    ap.add_argument("--modes", default="off,async,strict", help="comma list, off included")
+    ap.add_argument("--repeats", type=int, default=1, help="runs per mode (medians reported)")
     args = ap.parse_args()
     from pipeline.decode.reasoning import ReasoningConfig
 
@@ -141,9 +190,11 @@ def main() -> int:
             "max_retries": args.max_retries,
             "max_backtracks": args.max_backtracks,
         }
-        report["indist"] = compare(
-            "indist (held-out)", tasks.load_problems("indist", args.n, args.seed), args, verifier
-        )
+        report["model"] = args.model
+        report[args.tasks] = compare(
+            f"{args.tasks} (held-out)", tasks.load_problems(args.tasks, args.n, args.seed), args,
+            verifier,
+        )  # fmt: skip
         if args.rg_n > 0:
             rg = []
             try:

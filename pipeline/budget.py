@@ -12,9 +12,10 @@ the equations and the measured figures.
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from redis.asyncio import Redis
@@ -54,6 +55,17 @@ class SloClassConfig:
     lag_cut_frac: float = 0.2
     lag_brake_frac: float = 0.5
     brake_hold_periods: int = 3  # after a brake, wait for the window to see its effect
+
+    def with_slo(self, slo_p95_ms: float) -> SloClassConfig:
+        """This class at another SLO: the window and the control period keep their ratio to
+        the SLO (the law's dynamics are in units of the SLO)."""
+        k = slo_p95_ms / self.slo_p95_ms
+        return replace(
+            self,
+            slo_p95_ms=slo_p95_ms,
+            window_s=self.window_s * k,
+            control_period_s=self.control_period_s * k,
+        )
 
     def __post_init__(self) -> None:
         if self.slo_p95_ms <= 0:
@@ -96,6 +108,36 @@ class BudgetConfig:
         if slo_class not in SLO_CLASSES:
             raise ValueError(f"unknown SLO class {slo_class!r}")
         return getattr(self, slo_class)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> BudgetConfig:
+        """The defaults, with each class's SLO from STEPWISE_SLO_MS (interactive) and
+        STEPWISE_BATCH_SLO_MS, and the law's upper token bound from
+        STEPWISE_MAX_THINKING_TOKENS. A changed SLO scales the class's window and control
+        period with it (a law that looks 6 s back cannot hold a 20 s SLO); a bad value is a
+        ValueError naming the variable."""
+        env = os.environ if env is None else env
+        base = cls()
+        out = {}
+        for name, var in (("interactive", "STEPWISE_SLO_MS"), ("batch", "STEPWISE_BATCH_SLO_MS")):
+            cfg = base.for_class(name)
+            if env.get(var):
+                cfg = cfg.with_slo(_positive(env, var, float))
+            if env.get("STEPWISE_MAX_THINKING_TOKENS"):
+                top = _positive(env, "STEPWISE_MAX_THINKING_TOKENS", int)
+                cfg = replace(cfg, max_thinking_tokens=max(top, cfg.min_thinking_tokens))
+            out[name] = cfg
+        return cls(**out)
+
+
+def _positive(env: Mapping[str, str], var: str, kind: type) -> float:
+    try:
+        value = kind(env[var])
+    except ValueError:
+        raise ValueError(f"{var} must be a positive number, got {env[var]!r}") from None
+    if value <= 0:
+        raise ValueError(f"{var} must be a positive number, got {env[var]!r}")
+    return value
 
 
 DEFAULT_BUDGET_CONFIG = BudgetConfig()

@@ -38,11 +38,12 @@ class BudgetWorker(StageWorker):
     def __init__(
         self,
         config: PipelineConfig,
-        budget_config: budget.BudgetConfig = budget.DEFAULT_BUDGET_CONFIG,
+        budget_config: budget.BudgetConfig | None = None,  # None: BudgetConfig.from_env()
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
     ) -> None:
         super().__init__(config)
+        budget_config = budget_config or budget.BudgetConfig.from_env()
         self.budget_config = budget_config
         self.clock = clock  # injectable with `sleep`: the tests drive the loop without sleeping
         self.sleep = sleep

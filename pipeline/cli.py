@@ -383,7 +383,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     d.add_argument("--n", type=int, default=24, help="number of problems")
     d.add_argument("--seed", type=int, default=7)
-    d.add_argument("--model", default="tiny-reasoner")
+    d.add_argument(
+        "--model",
+        default="r1-reasoner",
+        help="a model name or directory (default: the bundled R1-style reasoner; "
+        "tiny-reasoner: the terse line-format one)",
+    )
     _add_format_arg(d)
     d.set_defaults(func=cmd_demo)
     return parser

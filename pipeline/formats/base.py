@@ -99,6 +99,16 @@ class ReasoningFormat:
         parts = self.split(text, prompt)
         return answers.find_answer(parts.content) or answers.find_answer(parts.reasoning)
 
+    def well_formed(self, text: str, prompt: str = "") -> bool:
+        """Is the completion in the format: its thinking closed (with markers) and an answer
+        stated after it (for `\\boxed{` formats, a closed box)?"""
+        if self.in_thinking(text, prompt):
+            return False
+        found = answers.find_all(self.split(text, prompt).content)
+        if self.answer_prefix.rstrip().endswith("{"):
+            return any(f.style == answers.BOXED for f in found)
+        return bool(found)
+
     def probe_answer(self, probe_output: str) -> str | None:
         """The answer in the text generated right after `probe_text`, or None."""
         if self.probe_text.rstrip().endswith("{"):  # `\boxed{`: the answer runs to its `}`

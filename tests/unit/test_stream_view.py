@@ -154,3 +154,36 @@ async def test_client_raises_the_gateways_refusal():
             async for _ in client.stream({"prompt": "p"}):
                 pass
     assert err.value.code == "rate_limited" and "slow down" in str(err.value)
+
+
+def test_claims_are_marked_inside_the_prose_by_their_spans():
+    from pipeline.stream_view import marked
+
+    step = "\n\nSo $14 \\times 2 = 27$, and then 27 + 1 = 28.  "
+    a = step.index("14 \\times 2 = 27")
+    b = step.index("27 + 1 = 28")
+    claims = [
+        schema.ClaimInfo(text="14*2 = 27", span=(a, a + 16), verdict="contradicted"),
+        schema.ClaimInfo(text="27+1 = 28", span=(b, b + 11), verdict="entailed"),
+        schema.ClaimInfo(text="bad", span=(b + 2, b + 40), verdict="entailed"),  # out of range
+    ]
+    text = marked(step, claims)
+    assert text.plain == "So $14 \\times 2 = 27[✗]$, and then 27 + 1 = 28[✓]."
+    styles = {text.plain[s.start : s.end]: str(s.style) for s in text.spans}
+    assert styles["14 \\times 2 = 27"] == "underline bold red"
+    assert styles["27 + 1 = 28"] == "underline green"
+
+
+def test_a_verdict_event_with_claims_reaches_the_row():
+    view = StreamView()
+    step = ev(1, "step", step=0, text="Then 2 + 2 = 5.")
+    view.apply(msgspec.json.decode(step, type=schema.Event))
+    claim = {"text": "2 + 2 = 5", "span": [5, 14], "verdict": "contradicted"}
+    view.apply(
+        msgspec.json.decode(
+            ev(2, "verdict", step=0, verdict="contradicted", claims=[claim]), type=schema.Event
+        )
+    )
+    out = io.StringIO()
+    Console(file=out, width=100, color_system=None).print(view)
+    assert "Then 2 + 2 = 5[✗]. ✗" in out.getvalue()

@@ -3,23 +3,17 @@ roofline's bytes per step (pure)."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
 
-PATH = Path(__file__).resolve().parents[3] / "bench" / "engine_throughput.py"
+from tests.unit.bench.conftest import load_bench
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("engine_throughput", PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
+    yield load_bench("engine_throughput")
+    sys.modules.pop("engine_throughput", None)
 
 
 DIMS = {

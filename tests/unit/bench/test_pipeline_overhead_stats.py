@@ -2,19 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
-PATH = Path(__file__).resolve().parents[3] / "bench" / "pipeline_overhead.py"
+from tests.unit.bench.conftest import load_bench as _load
 
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location("pipeline_overhead", PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return _load("pipeline_overhead")
 
 
 def test_worker_engine_totals_are_read_from_the_stage_logs(tmp_path):

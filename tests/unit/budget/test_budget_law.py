@@ -218,3 +218,23 @@ def test_a_cut_starts_from_what_jobs_use_not_from_an_unreached_limit():
     # Demand above the limit changes nothing; rises still start from the limit.
     high = budget.control_step(cfg, state, budget.Observation(**far_over, demand_tokens=1e6))
     assert abs(high.tokens - blind.tokens) < 1e-6
+
+
+def test_budget_config_from_env_scales_window_and_period_with_the_slo():
+    cfg = budget.BudgetConfig.from_env(
+        {"STEPWISE_SLO_MS": "10000", "STEPWISE_MAX_THINKING_TOKENS": "768"}
+    )
+    base = DEFAULT_BUDGET_CONFIG.interactive
+    ia = cfg.interactive
+    assert ia.slo_p95_ms == 10_000.0
+    assert ia.window_s == pytest.approx(base.window_s * 5)
+    assert ia.control_period_s == pytest.approx(base.control_period_s * 5)
+    assert ia.max_thinking_tokens == 768 and cfg.batch.max_thinking_tokens == 768
+    assert cfg.batch.slo_p95_ms == DEFAULT_BUDGET_CONFIG.batch.slo_p95_ms  # untouched
+    assert budget.BudgetConfig.from_env({}) == DEFAULT_BUDGET_CONFIG
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "fast", "1e400x"])
+def test_budget_config_from_env_names_a_bad_variable(value):
+    with pytest.raises(ValueError, match="STEPWISE_BATCH_SLO_MS"):
+        budget.BudgetConfig.from_env({"STEPWISE_BATCH_SLO_MS": value})

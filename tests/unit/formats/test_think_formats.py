@@ -135,3 +135,29 @@ def test_attributes():
     assert R1.answer_prefix == QWEN3.answer_prefix == "The answer is \\boxed{"
     assert R1.answer_max_tokens == 24
     assert R1.name == "deepseek_r1" and QWEN3.name == "qwen3"
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("<think>\n6 times 7 is 42.\n</think>\n\nThe answer is \\boxed{42}.", True),
+        # thinking never closed: not in the format, whatever it says
+        ("<think>\nSo the answer is \\boxed{42}.", False),
+        # boxed only inside the thinking, nothing after it
+        ("<think>\nIt is \\boxed{42}.\n</think>\n\n", False),
+        # stated but not boxed: a boxed format asks for the box
+        ("<think>\nok\n</think>\n\nThe answer is 42.", False),
+        # an unclosed box is no answer
+        ("<think>\nok\n</think>\n\nThe answer is \\boxed{42", False),
+        ("<think>\n$\\frac{1}{2}$\n</think>\n\n**Answer:** $\\boxed{\\frac{1}{2}}$", True),
+    ],
+)
+def test_well_formed_needs_closed_thinking_and_a_box_after_it(text, expected):
+    assert get_format("qwen3").well_formed(text) is expected
+    assert get_format("deepseek_r1").well_formed(text) is expected
+
+
+def test_well_formed_for_unboxed_formats():
+    assert get_format("plain").well_formed("6 * 7 = 42.\n\nThe answer is 42.")
+    assert not get_format("plain").well_formed("6 * 7 = 42, I think.")
+    assert get_format("tiny").well_formed("6*7=42\nAnswer: 42")

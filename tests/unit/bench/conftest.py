@@ -1,0 +1,19 @@
+"""bench/ scripts are not a package: their tests load them by path."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+BENCH = Path(__file__).resolve().parents[3] / "bench"
+
+
+def load_bench(name: str) -> ModuleType:
+    """bench/<name>.py as a module (registered in sys.modules: dataclasses look it up)."""
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module

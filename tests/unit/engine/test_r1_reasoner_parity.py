@@ -1,0 +1,54 @@
+"""The bundled R1-style reasoner (SmolLM2 + the repo's LoRA adapter, merged by
+`stepwise models prepare r1-reasoner`; scripts/setup.sh does it): the engine's greedy output is
+HF transformers' on 32 held-out prompts, chat template and all, each in the qwen3 format."""
+
+import pytest
+import torch
+import transformers
+
+from pipeline.engine import Engine, EngineConfig, SamplingParams
+from pipeline.engine.prepare import is_prepared
+from pipeline.engine.prepare_r1 import is_current, r1_dir
+from pipeline.evals.runner import eval_prompts
+from pipeline.evals.tasks import load_problems
+from tests.model_factory import hf_greedy
+
+PATH = r1_dir()
+MAX_TOKENS = 48  # the opening of the thinking: where template, markers and prose all show
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not (is_prepared(PATH) and is_current(PATH)),
+        reason="r1-reasoner not prepared: run `stepwise models prepare r1-reasoner`",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def engine():
+    return Engine(EngineConfig(model=str(PATH), dtype="float32", kv_cache_memory_gb=0.25))
+
+
+@pytest.fixture(scope="module")
+def prompts(engine) -> list[list[int]]:
+    problems = load_problems("broad", 32, 7)  # held-out seeds and texts (< TRAIN_SEED_BASE)
+    assert len(problems) == 32
+    backend = type("Backend", (), {"engine": engine})()
+    chats = eval_prompts(problems, backend, engine.reasoning_format)
+    assert all(isinstance(c, list) for c in chats)  # through the chat template
+    return [engine.encode_prompt(c) for c in chats]
+
+
+def test_named_qwen3_and_greedy_equal_to_hf_on_32_held_out_prompts(engine, prompts):
+    assert engine.reasoning_format.name == "qwen3"
+    hf = transformers.AutoModelForCausalLM.from_pretrained(PATH, dtype=torch.float32).eval()
+    params = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
+    outs = engine.generate(prompts, params)
+    for ids, out in zip(prompts, outs, strict=True):
+        assert out.token_ids == hf_greedy(hf, ids, MAX_TOKENS), engine.tokenizer.decode(
+            out.token_ids
+        )
+    # Real reasoning, not noise: the model opens its thinking block as trained.
+    assert (
+        sum(engine.tokenizer.decode(o.token_ids).lstrip().startswith("<think>") for o in outs) >= 30
+    )

@@ -18,7 +18,9 @@ a late contradiction of the last step can still be undone.
 Backtracking: a contradicted step is resampled from its start with a new seed, up to
 `max_retries` times; then the step before it is dropped too (once per step); then, or after
 `max_backtracks` in all, the job gives up: it is rolled back to the start of the failing step
-and finishes honestly as `unverified`, with no contradicted step in its chain. A verdict that
+and its answer is forced from the chain before it (as on a spent budget), so it still ends
+with an answer in the model's format; it finishes honestly as `unverified`, with no
+contradicted step in its chain. A verdict that
 does not arrive within `verdict_timeout_s` counts as `unknown` (reason timeout), so a lost task
 never stalls a job.
 
@@ -446,7 +448,8 @@ class Reasoner:
         """Budget spent: once no verdict is pending, answer from the chain as it stands."""
         if self.phase != "wait_answer" or self.pending:
             return []
-        self.phase, self.stop_reason, self.held_finish = "answer", "budget", None
+        reason = UNVERIFIED if self.gave_up else "budget"
+        self.phase, self.stop_reason, self.held_finish = "answer", reason, None
         position = self.chain[-1].end if self.chain else self.prompt_len
         return [ForceAnswer(position), Resume()]
 
@@ -483,14 +486,18 @@ class Reasoner:
         ]
 
     def _give_up(self, bad: Step, why: str) -> list[Action]:
-        self.gave_up = self.finished = True
+        """No more resampling: the bad step is cut, and the answer is forced from the chain
+        before it (as when the budget is spent), so the job still ends with an answer in the
+        model's format; `stop_reason` unverified says it was not verified through."""
+        self.gave_up = True
         self.stop_reason = UNVERIFIED
-        position = bad.start
         del self.chain[bad.index :]
         self.held_finish = None
-        detail = f"giving up: {why}; finishing unverified at step {bad.index}"
+        self.phase = "wait_answer"
+        detail = f"giving up: {why}; answering unverified from step {bad.index}"
         return [
             Note("backtrack", bad.index, bad.text, CONTRADICTED, detail),
-            Rollback(position, self.seed),
-            Finish(UNVERIFIED),
+            Rollback(bad.start, self.seed),
+            Pause(),
+            *self._maybe_answer(),
         ]

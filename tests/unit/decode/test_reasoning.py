@@ -101,9 +101,17 @@ def test_retries_then_drop_the_previous_step_then_give_up():
         r.on_verdict(k, "contradicted", "", 0.0)
     _, k = add_step(r, 15, "y = 1")
     acts = r.on_verdict(k, "contradicted", "", 0.0)  # step 0 was dropped once already
-    assert r.gave_up and only(acts, Finish) == [Finish("unverified")]
+    # Giving up: the bad step is cut, and once step 0's verdict is in, the answer is forced
+    # after the chain that held.
+    assert r.gave_up and not only(acts, Finish) and not only(acts, ForceAnswer)
     assert only(acts, Rollback)[0].position == 15 and [s.text for s in r.chain] == ["x = 3"]
     assert "giving up" in only(acts, Note, "backtrack")[0].detail
+    acts = r.on_verdict(r.chain[0].key, "entailed", "", 0.0)
+    assert only(acts, ForceAnswer) == [ForceAnswer(15)]
+    # The forced answer line is kept unchecked, and the job finishes as unverified.
+    acts = r.on_step(15, 20, "Answer: 3", 0.0)
+    assert only(acts, Finish) == [Finish("unverified")] and r.stop_reason == "unverified"
+    assert not [a for a in acts if isinstance(a, Check)]
 
 
 def test_the_first_step_gives_up_after_its_retries():
@@ -111,7 +119,7 @@ def test_the_first_step_gives_up_after_its_retries():
     for _ in range(2):
         _, k = add_step(r, 10, "1 = 2")
         acts = r.on_verdict(k, "contradicted", "", 0.0)
-    assert r.gave_up and only(acts, Finish) == [Finish("unverified")] and r.chain == []
+    assert r.gave_up and only(acts, ForceAnswer) == [ForceAnswer(0)] and r.chain == []
 
 
 def test_the_backtrack_budget_caps_the_whole_job():
@@ -119,7 +127,7 @@ def test_the_backtrack_budget_caps_the_whole_job():
     for _ in range(4):
         _, k = add_step(r, 10, "1 = 2")
         acts = r.on_verdict(k, "contradicted", "", 0.0)
-    assert r.gave_up and r.num_backtracks == 4 and only(acts, Finish)
+    assert r.gave_up and r.num_backtracks == 4 and only(acts, ForceAnswer)
 
 
 def test_strict_resumes_on_a_good_verdict_only_for_the_last_step():

@@ -1,5 +1,7 @@
 """The shell every stage worker shares: Kafka in and out, Redis, dead letters, drain on SIGTERM.
 
+No engine here (the stages that own one, prefill and decode, build on
+pipeline/engine_worker.py), so the control plane (ingest, budget) starts without torch.
 A stage subclasses `StageWorker`, says which topic it reads (`input_stage`), and implements
 `handle(record, ack)`; the base owns the consume loop (pipeline/bus.py), the producer, the
 Redis client, the dead-letter path, and the shutdown order: stop fetching, let in-flight work
@@ -17,7 +19,6 @@ import signal
 import socket
 import time
 from abc import ABC, abstractmethod
-from concurrent.futures import ThreadPoolExecutor
 
 from aiokafka import ConsumerRecord
 from redis.asyncio import Redis
@@ -25,10 +26,7 @@ from redis.asyncio import Redis
 from pipeline import gcstats, schema, services, telemetry
 from pipeline.budget import SLO_CLASSES, BudgetReader
 from pipeline.bus import Ack, BusConfig, ConsumeLoop, Producer, retry_transient
-from pipeline.config import EngineConfig, PipelineConfig
-from pipeline.engine.backend import StepEngine, make_engine
-from pipeline.engine.outputs import KVStorage
-from pipeline.engine.prepare import resolve_model
+from pipeline.config import PipelineConfig
 from pipeline.errors import StepwiseError
 from pipeline.jobstate import JobState
 from pipeline.topics import Topics
@@ -272,56 +270,3 @@ def awaiting(task: asyncio.Task, limit: int = 12) -> list[str]:
             found.append(f"{code.co_filename}:{frame.f_lineno} {code.co_name}")
         coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
     return found
-
-
-class EngineStageWorker(StageWorker):
-    """A stage that owns an Engine (prefill, decode). The engine lives on one thread of its
-    own, so steps never block the event loop (and its group heartbeats); every engine call goes
-    through `in_engine`."""
-
-    async def start_engine(
-        self, max_num_seqs: int, kv_storage: KVStorage | None = None, extra_kv_gb: float = 0.0
-    ) -> StepEngine:
-        """The native engine, or the vLLM backend (`config.engine`) on `config.vllm_url`.
-
-        `kv_storage` / `extra_kv_gb`: where the native engine's KV pool lives, and how much
-        bigger than the default it is (prefill's lent blocks take that part)."""
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.stage}-engine")
-        config = engine_config(self.config, max_num_seqs, extra_kv_gb)
-        c = self.config
-        self.engine: StepEngine = await self.in_engine(
-            make_engine, config, c.engine, c.vllm_url, kv_storage
-        )
-        return self.engine
-
-    async def in_engine(self, fn, *args):
-        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
-
-    async def teardown(self) -> None:
-        executor = getattr(self, "executor", None)
-        if executor is not None:
-            executor.shutdown(wait=True)
-        if (engine := getattr(self, "engine", None)) is not None:
-            log_engine_stats(self.worker_id, engine)
-            engine.close()  # the vLLM backend stops a server it started
-
-
-def engine_config(
-    config: PipelineConfig, max_num_seqs: int, extra_kv_gb: float = 0.0
-) -> EngineConfig:
-    """The engine a stage worker runs: its model (resolved to a path), dtype and batch size."""
-    path = resolve_model(config.model)
-    engine = EngineConfig(
-        model=str(path),
-        dtype=config.dtype,
-        max_num_seqs=max_num_seqs,
-        reasoning_format=config.reasoning_format or None,
-    )
-    engine.kv_cache_memory_gb += extra_kv_gb
-    return engine
-
-
-def log_engine_stats(worker_id: str, engine: StepEngine) -> None:
-    """Where the engine's time went over the worker's life (the native engine keeps stats)."""
-    if (stats := getattr(engine, "stats", None)) is not None:
-        log.info("%s engine: %s", worker_id, stats.as_dict())

@@ -25,7 +25,7 @@ from pipeline.decode.core_loop import serve
 from pipeline.decode.engine_core import DecodeCore
 from pipeline.decode.messages import Inward, Ready, Tick
 from pipeline.engine.backend import make_engine
-from pipeline.worker import engine_config, log_engine_stats
+from pipeline.engine_worker import engine_config, log_engine_stats
 
 log = logging.getLogger(__name__)
 LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"  # the CLI's

@@ -14,6 +14,22 @@ from pipeline.errors import ModelLoadError
 _IMPORT_LOCK = threading.Lock()
 
 
+def _load_hf(path: Path):
+    """The class tokenizer_config.json names, taken from transformers directly when it is a
+    tokenizers-backed one (the usual case; AutoTokenizer would pick the same), else
+    AutoTokenizer. Why: transformers' auto module imports its generation code, which imports
+    torch; the control plane (ingest) tokenizes without it."""
+    import transformers  # heavy: only when a tokenizer is needed
+
+    config = path / "tokenizer_config.json"
+    name = json.loads(config.read_text()).get("tokenizer_class") if config.is_file() else None
+    cls = getattr(transformers, name, None) if isinstance(name, str) else None
+    backend = getattr(transformers, "PreTrainedTokenizerFast", None)
+    if cls is not None and backend is not None and issubclass(cls, backend):
+        return cls.from_pretrained(str(path))
+    return transformers.AutoTokenizer.from_pretrained(str(path))
+
+
 class Tokenizer:
     """A model directory's tokenizer, with the few operations the engine and stages need."""
 
@@ -22,9 +38,7 @@ class Tokenizer:
         if not (path / "tokenizer.json").is_file():
             raise ModelLoadError(f"{path} has no tokenizer.json")
         with _IMPORT_LOCK:  # (from_pretrained imports more of transformers' lazy modules)
-            from transformers import AutoTokenizer  # heavy: only when a tokenizer is needed
-
-            self.hf = AutoTokenizer.from_pretrained(str(path))
+            self.hf = _load_hf(path)
         eos: set[int] = set()
         if self.hf.eos_token_id is not None:
             eos.add(int(self.hf.eos_token_id))

@@ -1,8 +1,10 @@
 """Services for integration tests (DESIGN.md §11), shared by every test under this folder.
 
-Each service comes, in order, from: the environment (`STEPWISE_KAFKA`, `STEPWISE_REDIS`),
-testcontainers when it is installed and a Docker engine answers, else an embedded process on
-a free port. The same test bodies run on every path.
+Each service comes from tests/service_plan.py's choice, printed in pytest's header: the
+environment (`STEPWISE_TEST_KAFKA`, `STEPWISE_TEST_REDIS`), testcontainers (Apache Kafka and
+Redis images) when a Docker engine answers or `STEPWISE_TEST_SERVICES=docker` asks for it (then
+no engine is an error, not a fallback), else an embedded process on a free port. The same test
+bodies run on every path.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import signal
 import subprocess
 import sys
 import uuid
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +26,7 @@ import redis
 from pipeline import schema, services
 from pipeline.topics import STAGES, Topics
 from pipeline.verify import tasks
+from tests.service_plan import containers, session_plan
 
 _HERE = Path(__file__).parent
 TEST_PARTITIONS = 3  # >1, so per-partition ordering is exercised; small, so creation is quick
@@ -37,28 +39,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @contextlib.contextmanager
-def _docker_container(kind: str) -> Iterator[str | None]:
-    """Address of a testcontainers Kafka/Redis, or None when that path is unavailable."""
-    try:
-        import docker
-
-        docker.from_env(timeout=3).ping()
-        if kind == "kafka":
-            from testcontainers.kafka import KafkaContainer as Container
-        else:
-            from testcontainers.redis import RedisContainer as Container
-    except Exception:  # not installed, or no engine answers: quietly use the next path
-        yield None
-        return
-    container = Container()
-    try:
-        container.start()
-    except Exception as exc:  # e.g. the image cannot be pulled: say so, then use embedded
-        warnings.warn(f"testcontainers {kind} did not start ({exc}); using embedded", stacklevel=1)
-        with contextlib.suppress(Exception):
-            container.stop()
-        yield None
-        return
+def _docker_container(kind: str) -> Iterator[str]:
+    """Address of a testcontainers Apache Kafka / Redis; a failure to start is an error."""
+    kafka_cls, redis_cls = containers()
+    container = kafka_cls() if kind == "kafka" else redis_cls()
+    container.start()
     try:
         if kind == "kafka":
             yield container.get_bootstrap_server()
@@ -72,19 +57,17 @@ def _docker_container(kind: str) -> Iterator[str | None]:
 @contextlib.contextmanager
 def _service(kind: str) -> Iterator[tuple[str, str]]:
     """(address, origin) where origin is "env", "docker" or "embedded"."""
-    kafka, redis = services.services_from_env()
-    from_env = kafka if kind == "kafka" else redis
-    if from_env:
-        yield from_env, "env"
-        return
-    with _docker_container(kind) as addr:
-        if addr:
+    choice = session_plan()[kind]  # a ServicePlanError fails the session's first test loudly
+    if choice.origin == "env":
+        yield choice.address, "env"
+    elif choice.origin == "docker":
+        with _docker_container(kind) as addr:
             yield addr, "docker"
-            return
-    embedded = services.EmbeddedKafka() if kind == "kafka" else services.EmbeddedRedis()
-    with embedded:
-        addr = embedded.bootstrap_servers if kind == "kafka" else embedded.url
-        yield addr, "embedded"
+    else:
+        embedded = services.EmbeddedKafka() if kind == "kafka" else services.EmbeddedRedis()
+        with embedded:
+            addr = embedded.bootstrap_servers if kind == "kafka" else embedded.url
+            yield addr, "embedded"
 
 
 @pytest.fixture(scope="session")

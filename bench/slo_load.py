@@ -247,7 +247,11 @@ def main() -> int:
     fmt = format_for(resolve_model(args.model), None)
     instruction = None if fmt.name == "tiny" else answer_instruction(fmt)
     rates = [float(r) for r in args.rates.split(",")]
+    # Shuffled (seeded): load_problems lists a group family by family, and a phase must not
+    # get one family's problems while the next gets another's (the first r1-reasoner run did:
+    # the rate was confounded with the job mix).
     problems = load_problems(args.tasks, 400, 0)
+    random.Random(0).shuffle(problems)
     phases, first = [], 0
     for i, rate in enumerate(rates):
         offsets = arrivals(rate, args.phase_s, 7 + i)

@@ -47,10 +47,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tasks",
         default="indist",
-        help="comma list: arith, linear, system, word, drill, indist (the four problem "
-        "families), rg:basic_arithmetic, rg:chain_sum, rg:gsm_symbolic",
+        help="comma list of families (arith, linear, system, word, drill, product, signed, "
+        "story), groups (indist: the tiny reasoner's four families; broad: the R1-style "
+        "reasoner's seven) and reasoning-gym tasks (rg:basic_arithmetic, rg:chain_sum, "
+        "rg:gsm_symbolic)",
     )
-    parser.add_argument("--n", type=int, default=100, help="problems per task")
+    parser.add_argument(
+        "--n", type=int, default=100, help="problems per task (a group's n split over its families)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="problem seed (held-out: < 1000000)")
     parser.add_argument(
         "--level",

@@ -1,0 +1,31 @@
+"""`stepwise demo`'s jobs: the tiny reasoner's prompt line, or a chat message asking for the
+answer as the model's format states it; the first job streams tokens (shown live)."""
+
+from __future__ import annotations
+
+from pipeline import schema
+from pipeline.demo import demo_jobs
+from pipeline.evals.runner import BOXED_INSTRUCTION, answer_instruction
+from pipeline.evals.tasks import load_problems
+from pipeline.formats import get_format
+
+
+def test_chat_models_get_messages_with_the_formats_instruction():
+    problems = load_problems("broad", 7, 7)
+    instruction = answer_instruction(get_format("qwen3"))
+    assert instruction == BOXED_INSTRUCTION
+    jobs = demo_jobs(problems, 7, instruction)
+    assert [j.params.stream for j in jobs] == ["tokens"] + ["steps"] * 6
+    assert len({j.id for j in jobs}) == 7 and all(j.prompt is None for j in jobs)
+    for job, p in zip(jobs, problems, strict=True):
+        (m,) = job.messages
+        assert m.role == "user" and m.content == f"{p.question}\n{BOXED_INSTRUCTION}"
+        assert job.premises == list(p.premises) and job.params.seed is not None
+    # Valid on the wire: what the broker carries decodes back to the same Job.
+    assert schema.decode(schema.encode(jobs[0]), schema.Job) == jobs[0]
+
+
+def test_the_tiny_reasoner_gets_its_own_prompt_line():
+    (p,) = load_problems("arith", 1, 3)
+    (job,) = demo_jobs([p], 3, None)
+    assert job.messages is None and job.prompt == " ".join(p.question.split())

@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pipeline import schema  # noqa: E402
 from pipeline.client import StepwiseClient  # noqa: E402
 from pipeline.config import PipelineConfig  # noqa: E402
+from pipeline.demo import problem_job  # noqa: E402
 from pipeline.evals import answers_match  # noqa: E402
 from pipeline.evals.runner import PLAIN_INSTRUCTION  # noqa: E402
 from pipeline.evals.tasks import load_problems  # noqa: E402
@@ -37,13 +38,12 @@ from pipeline.stack import Stack  # noqa: E402
 def jobs_for(problems, verify: str, seed: int, max_tokens: int) -> list[schema.Job]:
     tag = uuid.uuid4().hex[:6]
     return [
-        schema.Job(
-            id=f"real-{tag}-{i}",
-            messages=[schema.Message(role="user", content=f"{p.question}\n{PLAIN_INSTRUCTION}")],
-            params=schema.JobParams(
-                temperature=0.7, seed=seed + i, max_tokens=max_tokens, verify=verify
-            ),
-        )
+        problem_job(
+            p,
+            f"real-{tag}-{i}",
+            schema.JobParams(temperature=0.7, seed=seed + i, max_tokens=max_tokens, verify=verify),
+            PLAIN_INSTRUCTION,
+        )  # fmt: skip
         for i, p in enumerate(problems)
     ]
 

@@ -69,16 +69,12 @@ def arrivals(rate: float, phase_s: float, seed: int) -> list[float]:
 
 def make_job(p, i: int, args, instruction: str | None):
     from pipeline import schema
+    from pipeline.demo import problem_job
 
     params = schema.JobParams(seed=i, stream="none", temperature=args.temperature)
-    common = dict(
-        id=f"slo-{uuid.uuid4().hex[:8]}-{i}", premises=list(p.premises), params=params,
-        created_ms=int(time.time() * 1000),
-    )  # fmt: skip
-    if instruction is None:  # the tiny reasoner's own prompt line
-        return schema.Job(prompt=" ".join(p.question.split()), **common)
-    message = schema.Message(role="user", content=f"{p.question}\n{instruction}")
-    return schema.Job(messages=[message], **common)
+    job = problem_job(p, f"slo-{uuid.uuid4().hex[:8]}-{i}", params, instruction)
+    job.created_ms = int(time.time() * 1000)
+    return job
 
 
 async def drive(bootstrap, prefix, problems, phases, drain_s, args, instruction) -> list:
@@ -245,7 +241,7 @@ def main() -> int:
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     fmt = format_for(resolve_model(args.model), None)
-    instruction = None if fmt.name == "tiny" else answer_instruction(fmt)
+    instruction = answer_instruction(fmt)
     rates = [float(r) for r in args.rates.split(",")]
     # Shuffled (seeded): load_problems lists a group family by family, and a phase must not
     # get one family's problems while the next gets another's (the first r1-reasoner run did:

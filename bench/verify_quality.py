@@ -96,11 +96,14 @@ def median_row(rows: list[dict]) -> dict:
 
 
 def compare(label: str, problems, args, verifier) -> dict:
-    from pipeline.evals.runner import eval_prompts
+    from pipeline.engine.prepare import resolve_model
+    from pipeline.engine.tokenizer import Tokenizer
+    from pipeline.evals.runner import prompts_for
+    from pipeline.formats import format_for
 
-    probe = make_engine(args)  # the prompts as `stepwise eval` builds them for this model
-    prompts = eval_prompts(problems, type("B", (), {"engine": probe})(), probe.reasoning_format)
-    probe.close()
+    # The prompts as `stepwise eval` builds them for this model (its tokenizer and format).
+    model = resolve_model(args.model)
+    prompts = prompts_for(problems, Tokenizer(model), format_for(model))
     # An untimed pass first: one-time costs (oneDNN kernel creation for each batch shape, the
     # allocator) would otherwise land on whichever mode runs first.
     # One engine batch of it is enough: every mode runs on a fresh engine anyway.

@@ -14,6 +14,7 @@ from collections import Counter
 from pipeline import schema
 from pipeline.client import StepwiseClient
 from pipeline.evals import answers_match
+from pipeline.evals.runner import answer_instruction, chat_content
 from pipeline.evals.tasks import load_problems
 
 
@@ -24,23 +25,26 @@ def _pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
 
 
+def problem_job(p, job_id: str, params: schema.JobParams, instruction: str | None) -> schema.Job:
+    """A Job for one problem: the tiny reasoner's prompt line, or (`instruction`, from
+    `answer_instruction`) a chat message asking for the answer as the model's format states
+    it."""
+    if instruction is None:
+        text: dict = {"prompt": " ".join(p.question.split())}
+    else:
+        text = {"messages": [schema.Message(role="user", content=chat_content(p, instruction))]}
+    return schema.Job(id=job_id, premises=list(p.premises), params=params, **text)
+
+
 def demo_jobs(problems, seed: int, instruction: str | None) -> list[schema.Job]:
-    """One Job per problem: the tiny reasoner's prompt line, or (`instruction`) a chat message
-    asking for the answer as the model's format states it."""
+    """The demo's jobs: the first streams tokens (it is shown live), the rest steps."""
     tag = uuid.uuid4().hex[:6]
-    jobs = []
-    for i, p in enumerate(problems):
-        params = schema.JobParams(
+    return [
+        problem_job(p, f"demo-{tag}-{i}", schema.JobParams(
             temperature=0.7, seed=seed + i, max_tokens=768, stream="tokens" if i == 0 else "steps"
-        )
-        text = {"prompt": " ".join(p.question.split())}
-        if instruction is not None:
-            content = f"{p.question}\n{instruction}"
-            text = {"messages": [schema.Message(role="user", content=content)]}
-        jobs.append(
-            schema.Job(id=f"demo-{tag}-{i}", premises=list(p.premises), params=params, **text)
-        )
-    return jobs
+        ), instruction)
+        for i, p in enumerate(problems)
+    ]  # fmt: skip
 
 
 async def stream_one(client: StepwiseClient, job: schema.Job, title: str) -> schema.Result | None:
@@ -141,7 +145,6 @@ def main(n: int, seed: int, model: str, reasoning_format: str | None = None) -> 
 
     from pipeline.config import PipelineConfig
     from pipeline.engine.prepare import resolve_model
-    from pipeline.evals.runner import answer_instruction
     from pipeline.formats import format_for
     from pipeline.stack import Stack
 
@@ -150,9 +153,8 @@ def main(n: int, seed: int, model: str, reasoning_format: str | None = None) -> 
     fmt = format_for(resolve_model(model), reasoning_format)
     # The tiny reasoner answers its own problem lines; a chat model gets the broader curriculum
     # (products, negatives, stories, equations) as chat messages.
-    tasks, instruction = "indist", None
-    if fmt.name != "tiny":
-        tasks, instruction = "broad", answer_instruction(fmt)
+    instruction = answer_instruction(fmt)
+    tasks = "indist" if instruction is None else "broad"
     if kafka:  # a running pipeline (`stepwise up` elsewhere, or compose)
         report = asyncio.run(run_demo(kafka, prefix, n, seed, tasks, instruction))
     else:

@@ -275,19 +275,30 @@ PLAIN_INSTRUCTION = "Solve it step by step. End with: The answer is <number>."
 
 
 def eval_prompts(problems: list[Problem], backend, fmt) -> list:
+    """The prompts `stepwise eval` sends through `backend` (see `prompts_for`)."""
+    return prompts_for(problems, getattr(getattr(backend, "engine", None), "tokenizer", None), fmt)
+
+
+def prompts_for(problems: list[Problem], tokenizer, fmt) -> list:
     """The tiny reasoner's own prompt (`Q: ...`), or, for a model with a chat template, the
     question as a user message with the format's answer instruction."""
-    engine = getattr(backend, "engine", None)
-    tok = getattr(engine, "tokenizer", None)
-    if fmt.name == "tiny" or tok is None or not tok.has_chat_template:
-        return [format_prompt(p) for p in problems]
     instruction = answer_instruction(fmt)
-    return [[{"role": "user", "content": f"{p.question}\n{instruction}"}] for p in problems]
+    if instruction is None or tokenizer is None or not tokenizer.has_chat_template:
+        return [format_prompt(p) for p in problems]
+    return [[{"role": "user", "content": chat_content(p, instruction)}] for p in problems]
 
 
-def answer_instruction(fmt) -> str:
-    """What a chat prompt asks for the answer: a box where the format boxes it."""
-    return BOXED_INSTRUCTION if fmt.answer_prefix.endswith("{") else PLAIN_INSTRUCTION
+def answer_instruction(fmt) -> str | None:
+    """What a chat prompt asks for the answer: a box where the format boxes it; None for the
+    tiny reasoner, which is prompted with its own problem line."""
+    if fmt.name == "tiny":
+        return None
+    return BOXED_INSTRUCTION if fmt.boxes_answer else PLAIN_INSTRUCTION
+
+
+def chat_content(problem: Problem, instruction: str) -> str:
+    """The user message for one problem."""
+    return f"{problem.question}\n{instruction}"
 
 
 def _key(prompt) -> str:

@@ -99,13 +99,18 @@ class ReasoningFormat:
         parts = self.split(text, prompt)
         return answers.find_answer(parts.content) or answers.find_answer(parts.reasoning)
 
+    @property
+    def boxes_answer(self) -> bool:
+        """Does the format write its final answer in `\\boxed{}` (its answer prefix opens one)?"""
+        return self.answer_prefix.rstrip().endswith("{")
+
     def well_formed(self, text: str, prompt: str = "") -> bool:
         """Is the completion in the format: its thinking closed (with markers) and an answer
         stated after it (for `\\boxed{` formats, a closed box)?"""
         if self.in_thinking(text, prompt):
             return False
         found = answers.find_all(self.split(text, prompt).content)
-        if self.answer_prefix.rstrip().endswith("{"):
+        if self.boxes_answer:
             return any(f.style == answers.BOXED for f in found)
         return bool(found)
 

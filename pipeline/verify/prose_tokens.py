@@ -100,7 +100,7 @@ _VERSION_WORDS = {"version", "versions", "python", "release", "java", "node", "i
                   "numpy", "django", "debian", "fedora", "openssl"}  # fmt: skip
 _REMAINDER = {"remainder", "rem", "r", "R", "remainders"}
 # word -> operator, when the word stands between two operands ("5 plus 3 = 8").
-_WORD_OPS = {"plus": "+", "minus": "-", "times": "*"}
+WORD_OPS = {"plus": "+", "minus": "-", "times": "*"}
 # An unmapped connector right before a relation means its left side was cut by a word:
 # "4 per item times 3 = 12" must not be read as "3 = 12".
 CONNECTORS = {"plus", "minus", "times", "multiplied", "divided", "by", "of", "over", "than",
@@ -256,8 +256,8 @@ def _word_meaning(
         spaced = prev is not None and prev.end < t.start
         if nxt.kind == NUM or (nxt.kind == LP and spaced):
             return [Token(OP, "*", t.start, t.end)]  # "0.2 x 50": times
-    if t.kind == WORD and word in _WORD_OPS and _ends_operand(prev) and _starts_operand(nxt):
-        return [Token(OP, _WORD_OPS[word], t.start, t.end)]  # "5 plus 3 = 8"
+    if t.kind == WORD and word in WORD_OPS and _ends_operand(prev) and _starts_operand(nxt):
+        return [Token(OP, WORD_OPS[word], t.start, t.end)]  # "5 plus 3 = 8"
     if word == "of" and _starts_operand(nxt) and _ends_fraction(out):
         return [Token(OP, "*", t.start, t.end)]  # "20% of 50", "3/4 of 20"
     if nxt is not None and nxt.kind == NUM:

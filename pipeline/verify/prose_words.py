@@ -9,7 +9,7 @@ mentions numbers makes no claim.
 
 from __future__ import annotations
 
-from pipeline.verify.prose_tokens import _WORD_OPS, BREAK, LP, NUM, OP, REL, RP, VAR, WORD, Token
+from pipeline.verify.prose_tokens import BREAK, LP, NUM, OP, REL, RP, VAR, WORD, WORD_OPS, Token
 
 _IS = {"is", "equals", "makes", "gives", "leaves", "yields", "totals", "are", "was", "were",
        "comes", "get", "gets"}  # fmt: skip
@@ -95,8 +95,8 @@ def words_to_math(tokens: list[Token]) -> list[Token]:
                 i += 5
                 continue
         # "seven times eight" (number words read here, after the first pass)
-        if w in _WORD_OPS and _operand_end(out) and _num(nxt):
-            out.append(Token(OP, _WORD_OPS[w], t.start, t.end))
+        if w in WORD_OPS and _operand_end(out) and _num(nxt):
+            out.append(Token(OP, WORD_OPS[w], t.start, t.end))
             i += 1
             continue
         # "5 times 2.5, which is 12.5"

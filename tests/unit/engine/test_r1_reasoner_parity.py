@@ -9,7 +9,7 @@ import transformers
 from pipeline.engine import Engine, EngineConfig, SamplingParams
 from pipeline.engine.prepare import is_prepared
 from pipeline.engine.prepare_r1 import is_current, r1_dir
-from pipeline.evals.runner import eval_prompts
+from pipeline.evals.runner import prompts_for
 from pipeline.evals.tasks import load_problems
 from tests.model_factory import hf_greedy
 
@@ -33,8 +33,7 @@ def engine():
 def prompts(engine) -> list[list[int]]:
     problems = load_problems("broad", 32, 7)  # held-out seeds and texts (< TRAIN_SEED_BASE)
     assert len(problems) == 32
-    backend = type("Backend", (), {"engine": engine})()
-    chats = eval_prompts(problems, backend, engine.reasoning_format)
+    chats = prompts_for(problems, engine.tokenizer, engine.reasoning_format)
     assert all(isinstance(c, list) for c in chats)  # through the chat template
     return [engine.encode_prompt(c) for c in chats]
 

@@ -23,6 +23,8 @@ from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.errors import KafkaError
 from aiokafka.partitioner import DefaultPartitioner
 
+from pipeline.fetch_pacing import FetchPacer
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -65,11 +67,19 @@ class BusConfig:
     # The embedded broker (Tansu) answers a fetch only when this wait expires, even when data
     # is there, so it bounds a hop's latency: 4 ms gave p50 hops under 5 ms (10 ms: ~7.5 ms).
     fetch_max_wait_ms: int = 4
+    # After this long with no record a consumer waits `idle_fetch_wait_ms` per fetch instead
+    # (fetch_pacing.py): an idle stack stops polling the broker 250 times a second.
+    idle_fetch_wait_ms: int = 100
+    idle_after_s: float = 2.0
     max_poll_records: int = 64
     request_timeout_ms: int = 30_000
     session_timeout_ms: int = 6_000  # Apache Kafka's minimum; Tansu gets shorter (services.py)
     heartbeat_interval_ms: int = 1_000
     linger_ms: int = 0
+
+
+def pacer_for(config: BusConfig) -> FetchPacer:
+    return FetchPacer(config.fetch_max_wait_ms, config.idle_fetch_wait_ms, config.idle_after_s)
 
 
 # -- offsets (pure) -------------------------------------------------------------------------
@@ -268,6 +278,7 @@ class ConsumeLoop:
         self._paused = False
         self.num_records = 0
         self.num_poison = 0
+        self.pacer = pacer_for(config)
 
     async def start(self) -> None:
         c = self.config
@@ -374,6 +385,9 @@ class ConsumeLoop:
                     batch = await self.consumer.getmany(
                         timeout_ms=50, max_records=self.config.max_poll_records
                     )
+                # Paused is busy: the wait stays short for when fetching resumes.
+                got = sum(len(r) for r in batch.values()) or int(self._paused)
+                self.pacer.apply(self.consumer, got, asyncio.get_running_loop().time())
                 for tp, records in batch.items():
                     for record in records:
                         self.tracker.start(tp, record.offset)

@@ -13,7 +13,7 @@ import logging
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from pipeline import schema
-from pipeline.bus import BusConfig
+from pipeline.bus import BusConfig, pacer_for
 from pipeline.errors import StepwiseError
 from pipeline.gateway.hub import Hub
 from pipeline.topics import Topics
@@ -55,8 +55,11 @@ class KafkaFeed:
 
     async def _run(self) -> None:
         assert self.consumer is not None
+        pacer = pacer_for(self.bus)
         while True:
             batch = await self.consumer.getmany(timeout_ms=200)
+            got = sum(len(r) for r in batch.values())
+            pacer.apply(self.consumer, got, asyncio.get_running_loop().time())
             for tp, records in batch.items():
                 for record in records:
                     self.num_records += 1

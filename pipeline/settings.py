@@ -1,0 +1,271 @@
+"""Every `STEPWISE_*` setting, read in one place: this module is the only reader of them.
+
+A process builds one `Settings` at the CLI (flags, then the environment, then the defaults
+below), installs it (`install`), and passes the concern configs it builds down
+(`settings.pipeline()`, `.gateway()`, `.budget()`); the few process-wide switches deep in the
+engine (kernels, CUDA graphs, the models folder, GC freezing) ask `current()`, which is the
+installed object, or one built from the environment on first use by a library caller (a bench,
+a test) that has no CLI. `stepwise config` prints the effective values and where each came
+from; a `STEPWISE_*` variable nobody knows is reported at start-up (a typo that would otherwise
+be ignored in silence).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from pipeline.config import PipelineConfig
+
+PREFIX = "STEPWISE_"
+TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def _bool(raw: str) -> bool:
+    if raw.lower() in TRUE:
+        return True
+    if raw.lower() in FALSE:
+        return False
+    raise ValueError("expected 1/0, true/false, yes/no or on/off")
+
+
+@dataclass(frozen=True, slots=True)
+class Var:
+    """One setting: `STEPWISE_<name>`, its default (as written in the environment), its type."""
+
+    name: str
+    default: str
+    concern: str
+    help: str
+    kind: Callable[[str], object] = str
+    choices: tuple[str, ...] = ()
+    secret: bool = False  # `stepwise config` shows that it is set, not its value
+
+    @property
+    def env(self) -> str:
+        return PREFIX + self.name
+
+    def parse(self, raw: str) -> object:
+        """The typed value; a bad one is a ValueError that names the variable."""
+        if self.choices and raw.strip().lower() not in self.choices:
+            raise ValueError(f"{self.env}={raw!r}: expected one of {', '.join(self.choices)}")
+        try:
+            return self.kind(raw.strip().lower() if self.choices else raw)
+        except ValueError as e:
+            kind = getattr(self.kind, "__name__", "value").lstrip("_")
+            raise ValueError(f"{self.env} must be a {kind}, got {raw!r} ({e})") from None
+
+
+def _var(name, default, concern, help, kind=str, choices=(), secret=False) -> Var:  # noqa: A002
+    return Var(name, default, concern, help, kind, choices, secret)
+
+
+_P = PipelineConfig()
+VARS: tuple[Var, ...] = (
+    # Where the services are
+    _var("KAFKA", "", "services", "Kafka bootstrap servers; empty: `stepwise up` embeds a broker"),
+    _var("REDIS", "", "services", "Redis URL; empty: `stepwise up` starts an embedded one"),
+    _var("TOPIC_PREFIX", _P.topic_prefix, "services", "prefix of every topic and Redis key"),
+    _var("SERVICE_NICE", "10", "services", "`stepwise up`: niceness of the non-model processes", int),
+    # How the stages behave (PipelineConfig)
+    _var("MODEL", _P.model, "pipeline", "a model path or a bundled name (`stepwise models list`)"),
+    _var("REASONING_FORMAT", "", "pipeline", "how the model writes its reasoning; empty: detected"),
+    _var("DTYPE", _P.dtype, "pipeline", "weights' dtype", choices=("auto", "float32", "bfloat16", "float16")),
+    _var("WORKER_ID", "", "pipeline", "this worker's id; empty: <stage>-<host>-<pid>"),
+    _var("KV_TRANSPORT", _P.kv_transport, "pipeline", "prefill -> decode KV handoff", choices=("shm_pool", "shm", "cuda_ipc")),
+    _var("EXPORT_POOL_MB", str(_P.export_pool_mb), "pipeline", "prefill: KV leased out at once (MiB)", int),
+    _var("KV_LEASE_MS", str(_P.kv_lease_ms), "pipeline", "prefill keeps an unacked export this long", int),
+    _var("MAX_DECODE_SEQS", str(_P.max_decode_seqs), "pipeline", "decode: sequences in the running batch", int),
+    _var("MAX_PREFILL_BATCH", str(_P.max_prefill_batch), "pipeline", "prefill: jobs prefilled together", int),
+    _var("VERDICT_TIMEOUT_S", str(_P.verdict_timeout_s), "pipeline", "decode: a later verdict counts as unknown", float),
+    _var("MAX_RETRIES", str(_P.max_retries), "pipeline", "decode: resamples of a contradicted step", int),
+    _var("MAX_BACKTRACKS", str(_P.max_backtracks), "pipeline", "decode: backtracks per job", int),
+    _var("ENGINE", _P.engine, "pipeline", "prefill/decode engine", choices=("native", "vllm")),
+    _var("VLLM_URL", "", "pipeline", "engine vllm: a running vLLM server; empty: one is started"),
+    _var("DECODE_CORE", _P.decode_core, "pipeline", "decode's engine core: own process or a thread", choices=("process", "thread")),
+    # The engine's process-wide switches
+    _var("KERNELS", "auto", "engine", "kernel implementations", choices=("auto", "triton", "torch")),
+    _var("KERNELS_DIR", "~/.cache/stepwise/kernels", "engine", "where the C kernels are built"),
+    _var("KERNELS_CFLAGS", "", "engine", "extra C flags for the kernels (e.g. -mno-avx512f)"),
+    _var("CUDA_GRAPHS", "1", "engine", "capture decode steps as CUDA graphs (CUDA + Triton)", _bool),
+    _var("MODELS_DIR", "~/.cache/stepwise/models", "engine", "prepared models' cache folder"),
+    _var("GC_FREEZE", "1", "engine", "freeze what a worker loaded out of the collector", _bool),
+    _var("VLLM_PYTHON", "", "engine", "an interpreter that imports vllm; empty: .venv-vllm, else this one"),
+    # Metrics and the verify pool
+    _var("METRICS_PORT", "0", "metrics", "/metrics: 0 a free port, N: N + the process's offset, -1 off", int),
+    _var("METRICS_ADDR", "0.0.0.0", "metrics", "address /metrics binds"),
+    _var("VERIFY_CONCURRENCY", "1", "verify", "checker processes per verify worker", int),
+    # The budget controller
+    _var("SLO_MS", "", "budget", "interactive class's p95 SLO (ms); empty: the law's default", float),
+    _var("BATCH_SLO_MS", "", "budget", "batch class's p95 SLO (ms); empty: the law's default", float),
+    _var("MAX_THINKING_TOKENS", "", "budget", "the law's upper bound on thinking tokens", int),
+    # The gateway
+    _var("GATEWAY_PORT", "8000", "gateway", "HTTP / WebSocket / OpenAI API port", int),
+    _var("GATEWAY_HOST", "0.0.0.0", "gateway", "address the gateway binds"),
+    _var("API_KEYS", "", "gateway", "key:tenant,...; empty: no auth, tenant `default`", secret=True),
+    _var("API_KEYS_REDIS", "0", "gateway", "also accept keys from Redis ({prefix}apikeys)", _bool),
+    _var("KEY_CACHE_TTL_S", "5.0", "gateway", "Redis-held keys are cached this long", float),
+    _var("TENANT_MAX_INFLIGHT", "0", "gateway", "jobs without a Result per tenant; 0: no limit", int),
+    _var("TENANT_RATE", "0", "gateway", "jobs/s per tenant; 0: no limit", float),
+    _var("TENANT_BURST", "", "gateway", "burst of TENANT_RATE; empty: the rate rounded up", int),
+    _var("TENANT_RATES", "", "gateway", "per-tenant rates: tenant:rate[/burst],..."),
+    _var("WS_MAX_QUEUE", "1000", "gateway", "events a WebSocket may fall behind", int),
+    _var("WS_DEFLATE", "0", "gateway", "permessage-deflate on WebSockets", _bool),
+    # Clients (`stepwise stream`)
+    _var("GATEWAY_URL", "", "client", "the gateway for `stepwise stream`; empty: 127.0.0.1:GATEWAY_PORT"),
+    _var("API_KEY", "", "client", "the key `stepwise stream` sends", secret=True),
+)
+BY_NAME = {v.name: v for v in VARS}
+# Read by the set-up scripts and the test suite, not by the pipeline: known, so not reported.
+ELSEWHERE = {
+    "TEST_SERVICES": "tests: auto | docker | embedded (tests/service_plan.py)",
+    "TEST_KAFKA": "tests: a Kafka to run the integration suite on",
+    "TEST_REDIS": "tests: a Redis to run the integration suite on",
+    "TEST_ARTIFACTS": "tests: where integration tests keep their logs",
+    "SKIP_VLLM": "scripts/setup.sh: skip the vLLM venv",
+    "VLLM_VENV": "scripts/setup.sh: where the vLLM venv goes",
+    "TORCH_VERSION": "scripts/setup.sh: the torch pinned",
+}
+
+
+class Settings:
+    """The effective settings of one process: a typed value and a source for every `Var`."""
+
+    def __init__(self, values: Mapping[str, object], sources: Mapping[str, str], unknown=()):
+        self._values, self._sources = dict(values), dict(sources)
+        self.unknown: tuple[str, ...] = tuple(unknown)
+
+    @classmethod
+    def load(
+        cls, env: Mapping[str, str] | None = None, flags: Mapping[str, object] | None = None
+    ) -> Settings:
+        """Flags (None: not given) over the environment (empty: unset) over the defaults."""
+        env = os.environ if env is None else env
+        values, sources = {}, {}
+        for var in VARS:
+            flag = (flags or {}).get(var.name)
+            if flag is not None:
+                values[var.name], sources[var.name] = flag, "flag"
+            elif env.get(var.env):
+                values[var.name], sources[var.name] = var.parse(env[var.env]), "env"
+            else:
+                values[var.name] = var.parse(var.default) if var.default else None
+                sources[var.name] = "default"
+        unknown = [
+            k for k in env if k.startswith(PREFIX) and k[len(PREFIX) :] not in BY_NAME | ELSEWHERE
+        ]
+        return cls(values, sources, sorted(unknown))
+
+    def __getitem__(self, name: str) -> object:
+        return self._values[name]
+
+    def source(self, name: str) -> str:
+        return self._sources[name]
+
+    def replaced(self, **values: object) -> Settings:
+        """A copy with some values set (source `override`): tests, benches."""
+        sources = self._sources | dict.fromkeys(values, "override")
+        return Settings(self._values | values, sources, self.unknown)
+
+    # -- the concern configs ------------------------------------------------------------
+    def pipeline(self, **overrides: object) -> PipelineConfig:
+        fields = {
+            "kafka": "KAFKA", "redis": "REDIS", "topic_prefix": "TOPIC_PREFIX",
+            "model": "MODEL", "reasoning_format": "REASONING_FORMAT", "dtype": "DTYPE",
+            "worker_id": "WORKER_ID", "kv_transport": "KV_TRANSPORT",
+            "export_pool_mb": "EXPORT_POOL_MB", "kv_lease_ms": "KV_LEASE_MS",
+            "max_decode_seqs": "MAX_DECODE_SEQS", "max_prefill_batch": "MAX_PREFILL_BATCH",
+            "verdict_timeout_s": "VERDICT_TIMEOUT_S", "max_retries": "MAX_RETRIES",
+            "max_backtracks": "MAX_BACKTRACKS", "engine": "ENGINE", "vllm_url": "VLLM_URL",
+            "decode_core": "DECODE_CORE",
+        }  # fmt: skip
+        values = {f: self._values[n] if self._values[n] is not None else "" for f, n in fields.items()}
+        return PipelineConfig(**(values | overrides))  # type: ignore[arg-type]
+
+    def gateway(self, **overrides: object):  # -> GatewayConfig (imported late: no cycle)
+        from pipeline.gateway.config import GatewayConfig, parse_api_keys, parse_rate_limits
+        from pipeline.gateway.config import rate_limit
+
+        values: dict[str, object] = {
+            "pipeline": self.pipeline(),
+            "port": self["GATEWAY_PORT"],
+            "host": self["GATEWAY_HOST"],
+            "api_keys": parse_api_keys(self["API_KEYS"] or ""),
+            "api_keys_redis": self["API_KEYS_REDIS"],
+            "key_cache_ttl_s": self["KEY_CACHE_TTL_S"],
+            "tenant_max_inflight": self["TENANT_MAX_INFLIGHT"],
+            "tenant_rate": rate_limit(self["TENANT_RATE"], self["TENANT_BURST"]),
+            "tenant_rates": parse_rate_limits(self["TENANT_RATES"] or ""),
+            "ws_max_queue": self["WS_MAX_QUEUE"],
+            "ws_deflate": self["WS_DEFLATE"],
+        }
+        return GatewayConfig(**(values | overrides))
+
+    def budget(self):  # -> BudgetConfig
+        from pipeline.budget.law import BudgetConfig
+
+        return BudgetConfig.scaled(
+            slo_ms=self["SLO_MS"],
+            batch_slo_ms=self["BATCH_SLO_MS"],
+            max_thinking_tokens=self["MAX_THINKING_TOKENS"],
+        )
+
+    # -- what is shown and handed on ----------------------------------------------------
+    def child_env(self, base: Mapping[str, str] | None = None, **values: object) -> dict[str, str]:
+        """An environment for a child process: `base` (default ours) with every setting not at
+        its default written out, and `values` on top, so a child builds the same settings."""
+        env = dict(os.environ if base is None else base)
+        for var in VARS:
+            if self._sources[var.name] != "default":
+                env[var.env] = _raw(self._values[var.name])
+        env.update({PREFIX + k: _raw(v) for k, v in values.items()})
+        return env
+
+    def rows(self) -> list[dict[str, str]]:
+        """One row per setting for `stepwise config`: variable, value shown, source, help."""
+        out = []
+        for var in VARS:
+            value = self._values[var.name]
+            shown = _raw(value) if value is not None else ""
+            if var.secret and shown:
+                shown = "(set)"
+            out.append({
+                "variable": var.env, "value": shown, "source": self._sources[var.name],
+                "concern": var.concern, "help": var.help,
+            })  # fmt: skip
+        return out
+
+    def unknown_report(self) -> list[str]:
+        """One line per unknown `STEPWISE_*` variable, with the nearest known name."""
+        known = [v.env for v in VARS] + [PREFIX + k for k in ELSEWHERE]
+        lines = []
+        for name in self.unknown:
+            near = difflib.get_close_matches(name, known, n=1)
+            hint = f" (did you mean {near[0]}?)" if near else ""
+            lines.append(f"unknown setting {name} is ignored{hint}")
+        return lines
+
+
+def _raw(value: object) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return "" if value is None else str(value)
+
+
+_installed: Settings | None = None
+
+
+def install(settings: Settings | None) -> None:
+    """This process's settings from now on (None: rebuilt from the environment on next use)."""
+    global _installed
+    _installed = settings
+
+
+def current() -> Settings:
+    """The installed settings, else the environment's (built once, then kept)."""
+    global _installed
+    if _installed is None:
+        _installed = Settings.load()
+    return _installed

@@ -25,9 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline import schema  # noqa: E402
+from pipeline import schema, settings  # noqa: E402
 from pipeline.client import StepwiseClient  # noqa: E402
-from pipeline.config import PipelineConfig  # noqa: E402
 from pipeline.stack import WORKERS, Stack  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -92,7 +91,7 @@ def main() -> None:
     args = ap.parse_args()
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    config = PipelineConfig.from_env(model=args.model, dtype="float32")
+    config = settings.current().pipeline(model=args.model, dtype="float32")
     log_dir = tempfile.mkdtemp(prefix="bench-idle-")
     with Stack(config, workers=WORKERS, log_dir=log_dir) as stack:
         asyncio.run(warm_up(stack.services.bootstrap_servers, config.topic_prefix))
@@ -113,7 +112,16 @@ def main() -> None:
     for name, share in sorted(shares.items(), key=lambda kv: -kv[1]):
         print(f"  {name:<28}{share:6.1f}% of a core")
     print(f"  {'all ' + str(len(shares)) + ' processes':<28}{total:6.1f}% of a core")
-    print(json.dumps({"seconds": round(wall, 1), "processes": len(shares), "total_pct": round(total, 1), "by_process": {k: round(v, 2) for k, v in shares.items()}}))
+    print(
+        json.dumps(
+            {
+                "seconds": round(wall, 1),
+                "processes": len(shares),
+                "total_pct": round(total, 1),
+                "by_process": {k: round(v, 2) for k, v in shares.items()},
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -167,7 +167,7 @@ def goodput(table: list[dict]) -> dict | None:
 
 
 def run_stack(mode: str, args, problems, phases, instruction) -> list[dict]:
-    from pipeline.config import PipelineConfig
+    from pipeline import settings
     from pipeline.stack import Stack
 
     workers = ("ingest", "prefill", "decode", "verify")
@@ -177,7 +177,7 @@ def run_stack(mode: str, args, problems, phases, instruction) -> list[dict]:
     for name in ("STEPWISE_KAFKA", "STEPWISE_REDIS"):
         os.environ.pop(name, None)  # fresh embedded services for each mode
     os.environ["STEPWISE_SLO_MS"] = str(args.slo_ms)  # the budget worker's interactive SLO
-    config = PipelineConfig.from_env(model=args.model, dtype="float32")
+    config = settings.current().pipeline(model=args.model, dtype="float32")
     rates = [r for r, _, _ in phases]
     with Stack(config, workers=workers, log_dir=log_dir) as stack:
         bootstrap = stack.services.bootstrap_servers

@@ -1,4 +1,4 @@
-"""The thinking-budget controller (DESIGN.md §8): a pure control law and its Redis state.
+"""The thinking-budget controller (docs/budget.md): a pure control law and its Redis state.
 
 Per SLO class, a PI law on log(max_thinking_tokens) holds the p95 end-to-end latency inside a
 band just under the class SLO, so it spends as much thinking as the SLO allows; a brake cuts
@@ -12,10 +12,9 @@ the equations and the measured figures.
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from redis.asyncio import Redis
@@ -110,33 +109,32 @@ class BudgetConfig:
         return getattr(self, slo_class)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> BudgetConfig:
-        """The defaults, with each class's SLO from STEPWISE_SLO_MS (interactive) and
-        STEPWISE_BATCH_SLO_MS, and the law's upper token bound from
-        STEPWISE_MAX_THINKING_TOKENS. A changed SLO scales the class's window and control
-        period with it (a law that looks 6 s back cannot hold a 20 s SLO); a bad value is a
-        ValueError naming the variable."""
-        env = os.environ if env is None else env
+    def scaled(
+        cls,
+        slo_ms: float | None = None,
+        batch_slo_ms: float | None = None,
+        max_thinking_tokens: int | None = None,
+    ) -> BudgetConfig:
+        """The defaults, with each class's SLO (STEPWISE_SLO_MS, STEPWISE_BATCH_SLO_MS) and the
+        law's upper token bound (STEPWISE_MAX_THINKING_TOKENS) where given. A changed SLO
+        scales the class's window and control period with it (a law that looks 6 s back
+        cannot hold a 20 s SLO); a value that is not positive is a ValueError."""
         base = cls()
         out = {}
-        for name, var in (("interactive", "STEPWISE_SLO_MS"), ("batch", "STEPWISE_BATCH_SLO_MS")):
+        for name, slo in (("interactive", slo_ms), ("batch", batch_slo_ms)):
             cfg = base.for_class(name)
-            if env.get(var):
-                cfg = cfg.with_slo(_positive(env, var, float))
-            if env.get("STEPWISE_MAX_THINKING_TOKENS"):
-                top = _positive(env, "STEPWISE_MAX_THINKING_TOKENS", int)
+            if slo is not None:
+                cfg = cfg.with_slo(_positive("SLO", slo))
+            if max_thinking_tokens is not None:
+                top = int(_positive("max_thinking_tokens", max_thinking_tokens))
                 cfg = replace(cfg, max_thinking_tokens=max(top, cfg.min_thinking_tokens))
             out[name] = cfg
         return cls(**out)
 
 
-def _positive(env: Mapping[str, str], var: str, kind: type) -> float:
-    try:
-        value = kind(env[var])
-    except ValueError:
-        raise ValueError(f"{var} must be a positive number, got {env[var]!r}") from None
+def _positive(what: str, value: float) -> float:
     if value <= 0:
-        raise ValueError(f"{var} must be a positive number, got {env[var]!r}")
+        raise ValueError(f"{what} must be a positive number, got {value!r}")
     return value
 
 

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 
 from aiokafka import ConsumerRecord
 
-from pipeline import budget, schema, telemetry
+from pipeline import budget, schema, settings, telemetry
 from pipeline.bus import Ack
 from pipeline.config import PipelineConfig
 from pipeline.worker import StageWorker
@@ -38,12 +38,12 @@ class BudgetWorker(StageWorker):
     def __init__(
         self,
         config: PipelineConfig,
-        budget_config: budget.BudgetConfig | None = None,  # None: BudgetConfig.from_env()
+        budget_config: budget.BudgetConfig | None = None,  # None: the process's settings'
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
     ) -> None:
         super().__init__(config)
-        budget_config = budget_config or budget.BudgetConfig.from_env()
+        budget_config = budget_config or settings.current().budget()
         self.budget_config = budget_config
         self.clock = clock  # injectable with `sleep`: the tests drive the loop without sleeping
         self.sleep = sleep

@@ -1,4 +1,4 @@
-"""Multi-granularity cache (DESIGN.md §9): answer, step and prefix levels in Redis (L2) behind an
+"""Multi-granularity cache (docs/cache.md): answer, step and prefix levels in Redis (L2) behind an
 in-process LRU (L1), with user / app / tenant scopes. Keys, rules and API: docs/cache.md.
 
 Every key is a blake2b digest over the key version, the level, the scope's ids (the tenant id

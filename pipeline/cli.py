@@ -22,11 +22,6 @@ def _add_format_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _format_override(args: argparse.Namespace) -> dict[str, str]:
-    name = getattr(args, "reasoning_format", None)
-    return {"reasoning_format": name} if name else {}
-
-
 def _add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--model",
@@ -129,27 +124,25 @@ def cmd_worker(args: argparse.Namespace) -> int:
     import importlib
     import logging
 
-    from pipeline.config import PipelineConfig
+    from pipeline import settings
 
+    current = settings.current()
     if args.name == "verify":  # a Celery worker, not a Kafka stage
         from pipeline.verify import tasks
 
-        return tasks.main(args.concurrency)
+        return tasks.main(current)
     if args.name == "gateway":  # HTTP / WebSocket / OpenAI API on STEPWISE_GATEWAY_PORT
         from pipeline.gateway.main import main as gateway_main
 
-        gateway_main()
+        gateway_main(current.gateway())
         return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     module, _, cls = WORKER_CLASSES[args.name].partition(":")
     worker_cls = getattr(importlib.import_module(module), cls)
 
-    overrides = {"engine": args.engine} if args.engine else {}
-    overrides |= _format_override(args)
-
     async def serve() -> None:
         # aiokafka clients must be created inside the running event loop.
-        worker = worker_cls(PipelineConfig.from_env(**overrides))
+        worker = worker_cls(current.pipeline())
         await worker.run(install_signals=True, freeze_gc=True)
 
     asyncio.run(serve())
@@ -159,12 +152,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def cmd_up(args: argparse.Namespace) -> int:
     import signal as _signal
 
-    from pipeline.config import PipelineConfig
+    from pipeline import settings
     from pipeline.stack import Stack
 
-    engine = {"engine": args.engine} if args.engine else {}
-    config = PipelineConfig.from_env(model=args.model, **engine, **_format_override(args))
-    stack = Stack(config, log_dir=args.log_dir)
+    stack = Stack(settings.current().pipeline(), log_dir=args.log_dir)
     print("starting services and workers ...", flush=True)
     with stack:
         for line in stack.describe():
@@ -189,13 +180,12 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     import asyncio
-    import os
     import uuid
 
-    from pipeline import schema
+    from pipeline import schema, settings
     from pipeline.client import StepwiseClient
 
-    kafka = os.environ.get("STEPWISE_KAFKA")
+    kafka, prefix = settings.current()["KAFKA"], settings.current()["TOPIC_PREFIX"]
     if not kafka:
         raise StepwiseError("set STEPWISE_KAFKA (`stepwise up` prints it)", code="no_services")
     job = schema.Job(
@@ -210,7 +200,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     )
 
     async def go() -> int:
-        async with StepwiseClient(kafka, os.environ.get("STEPWISE_TOPIC_PREFIX", "stepwise.")) as c:
+        async with StepwiseClient(kafka, prefix) as c:
             await c.submit(job)
             print(f"submitted {job.id}", file=sys.stderr)
             async for msg in c.follow({job.id}, timeout_s=args.timeout):
@@ -336,7 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Start services (embedded unless STEPWISE_KAFKA/STEPWISE_REDIS are set), "
         "create topics, start every worker, print where everything is; Ctrl-C stops all.",
     )
-    u.add_argument("--model", default="tiny-reasoner")
+    u.add_argument("--model", default=None, help="default: STEPWISE_MODEL, else tiny-reasoner")
     u.add_argument("--log-dir", default=None, help="write worker and service logs here")
     _add_engine_choice(u)
     _add_format_arg(u)
@@ -375,6 +365,17 @@ def build_parser() -> argparse.ArgumentParser:
     stream_view.add_arguments(st)
     st.set_defaults(func=cmd_stream)
 
+    c = sub.add_parser(
+        "config",
+        help="print the effective settings and where each value came from",
+        description="Every STEPWISE_* setting this process would run with: its value, its "
+        "source (flag, env, default) and what it does; unknown STEPWISE_* variables last. "
+        "Secrets show as (set).",
+    )
+    c.add_argument("--json", action="store_true", help="one JSON object instead of a table")
+    c.add_argument("--concern", default=None, help="only this group (services, pipeline, ...)")
+    c.set_defaults(func=cmd_config)
+
     d = sub.add_parser(
         "demo",
         help="send held-out problems through the pipeline and print a summary",
@@ -394,8 +395,60 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Flags that are settings (`stepwise up` / `stepwise worker`): the flag wins over the env.
+FLAG_SETTINGS = {
+    "model": "MODEL",
+    "engine": "ENGINE",
+    "reasoning_format": "REASONING_FORMAT",
+    "concurrency": "VERIFY_CONCURRENCY",
+}
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    import json
+
+    from pipeline import settings
+
+    current = settings.current()
+    rows = [r for r in current.rows() if args.concern in (None, r["concern"])]
+    if args.json:
+        print(json.dumps({"settings": rows, "unknown": list(current.unknown)}, indent=1))
+        return 0
+    width = max(len(r["variable"]) for r in rows) if rows else 10
+    for r in rows:
+        value = r["value"] if r["value"] != "" else "-"
+        print(f"{r['variable']:<{width}}  {value:<26} {r['source']:<8} {r['help']}")
+    for line in current.unknown_report():
+        print(line)
+    return 0
+
+
+def load_settings(args: argparse.Namespace):
+    """This process's settings, built once: the flags of the commands that run the pipeline
+    over the environment over the defaults; unknown STEPWISE_* variables reported."""
+    from pipeline import settings
+
+    flags = {}
+    if getattr(args, "func", None) in (cmd_worker, cmd_up, cmd_config):
+        flags = {name: getattr(args, attr, None) for attr, name in FLAG_SETTINGS.items()}
+    current = settings.Settings.load(flags=flags)
+    settings.install(current)
+    for line in current.unknown_report():
+        if args.func is not cmd_config:  # config lists them itself
+            print(f"stepwise: warning: {line}", file=sys.stderr)
+    return current
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    from pipeline import settings
+
+    try:  # the environment's first: building the parser may read a setting (the models dir)
+        settings.install(settings.Settings.load())
+        args = build_parser().parse_args(argv)
+        load_settings(args)
+    except ValueError as e:  # a bad STEPWISE_* value: the message names it
+        print(f"stepwise: error [bad_setting]: {e}", file=sys.stderr)
+        return 2
     try:
         return int(args.func(args) or 0)
     except StepwiseError as e:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -52,16 +51,12 @@ class EngineConfig:
             raise ValueError("step_delimiter must not be empty")
 
 
-def _env(name: str, default: str) -> str:
-    return os.environ.get(f"STEPWISE_{name}") or default
-
-
 KV_TRANSPORTS = ("shm_pool", "shm", "cuda_ipc")
 
 
 @dataclass(slots=True)
 class PipelineConfig:
-    """Where the pipeline's services are and how its stages behave (env: STEPWISE_*)."""
+    """Where the pipeline's services are and how its stages behave (built by pipeline.settings)."""
 
     kafka: str = ""  # bootstrap servers; empty: `stepwise up` starts an embedded broker
     redis: str = ""  # URL; empty: `stepwise up` starts an embedded redis-server
@@ -101,29 +96,3 @@ class PipelineConfig:
             raise ValueError(f"engine must be native or vllm, got {self.engine!r}")
         if self.decode_core not in ("process", "thread"):
             raise ValueError(f"decode_core must be process or thread, got {self.decode_core!r}")
-
-    @classmethod
-    def from_env(cls, **overrides: object) -> PipelineConfig:
-        base = cls()
-        values = {
-            "kafka": _env("KAFKA", base.kafka),
-            "redis": _env("REDIS", base.redis),
-            "topic_prefix": _env("TOPIC_PREFIX", base.topic_prefix),
-            "model": _env("MODEL", base.model),
-            "reasoning_format": _env("REASONING_FORMAT", base.reasoning_format),
-            "dtype": _env("DTYPE", base.dtype),
-            "worker_id": _env("WORKER_ID", base.worker_id),
-            "kv_transport": _env("KV_TRANSPORT", base.kv_transport),
-            "export_pool_mb": int(_env("EXPORT_POOL_MB", str(base.export_pool_mb))),
-            "kv_lease_ms": int(_env("KV_LEASE_MS", str(base.kv_lease_ms))),
-            "max_decode_seqs": int(_env("MAX_DECODE_SEQS", str(base.max_decode_seqs))),
-            "max_prefill_batch": int(_env("MAX_PREFILL_BATCH", str(base.max_prefill_batch))),
-            "verdict_timeout_s": float(_env("VERDICT_TIMEOUT_S", str(base.verdict_timeout_s))),
-            "max_retries": int(_env("MAX_RETRIES", str(base.max_retries))),
-            "max_backtracks": int(_env("MAX_BACKTRACKS", str(base.max_backtracks))),
-            "engine": _env("ENGINE", base.engine),
-            "vllm_url": _env("VLLM_URL", base.vllm_url),
-            "decode_core": _env("DECODE_CORE", base.decode_core),
-        }
-        values.update(overrides)
-        return cls(**values)  # type: ignore[arg-type]

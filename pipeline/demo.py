@@ -11,7 +11,7 @@ import time
 import uuid
 from collections import Counter
 
-from pipeline import schema
+from pipeline import schema, settings
 from pipeline.client import StepwiseClient
 from pipeline.evals import answers_match
 from pipeline.evals.runner import answer_instruction, chat_content
@@ -141,15 +141,13 @@ def print_report(r: dict) -> None:
 
 
 def main(n: int, seed: int, model: str, reasoning_format: str | None = None) -> int:
-    import os
 
-    from pipeline.config import PipelineConfig
     from pipeline.engine.prepare import resolve_model
     from pipeline.formats import format_for
     from pipeline.stack import Stack
 
-    kafka = os.environ.get("STEPWISE_KAFKA")
-    prefix = os.environ.get("STEPWISE_TOPIC_PREFIX", "stepwise.")
+    current = settings.current()
+    kafka, prefix = current["KAFKA"], current["TOPIC_PREFIX"]
     fmt = format_for(resolve_model(model), reasoning_format)
     # The tiny reasoner answers its own problem lines; a chat model gets the broader curriculum
     # (products, negatives, stories, equations) as chat messages.
@@ -163,7 +161,7 @@ def main(n: int, seed: int, model: str, reasoning_format: str | None = None) -> 
 
         log_dir = tempfile.mkdtemp(prefix="stepwise-demo-")
         fmt = {"reasoning_format": reasoning_format} if reasoning_format else {}
-        with Stack(PipelineConfig.from_env(model=model, **fmt), log_dir=log_dir) as stack:
+        with Stack(current.pipeline(model=model, **fmt), log_dir=log_dir) as stack:
             for line in stack.describe():
                 print("  " + line, file=sys.stderr)
             bootstrap = stack.services.bootstrap_servers

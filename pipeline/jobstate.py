@@ -1,4 +1,4 @@
-"""Job state in Redis that makes at-least-once delivery harmless (DESIGN.md section 5).
+"""Job state in Redis that makes at-least-once delivery harmless (docs/pipeline.md).
 
 * admission: `SET NX` of the job id with the source offset. The same offset again is a
   redelivery (redo the work: the first try may have died before its output was acked); a

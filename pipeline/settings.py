@@ -31,6 +31,9 @@ def _bool(raw: str) -> bool:
     raise ValueError("expected 1/0, true/false, yes/no or on/off")
 
 
+KIND_NAMES = {int: "an integer", float: "a number", _bool: "a boolean"}
+
+
 @dataclass(frozen=True, slots=True)
 class Var:
     """One setting: `STEPWISE_<name>`, its default (as written in the environment), its type."""
@@ -54,8 +57,8 @@ class Var:
         try:
             return self.kind(raw.strip().lower() if self.choices else raw)
         except ValueError as e:
-            kind = getattr(self.kind, "__name__", "value").lstrip("_")
-            raise ValueError(f"{self.env} must be a {kind}, got {raw!r} ({e})") from None
+            kind = KIND_NAMES.get(self.kind, "valid value")
+            raise ValueError(f"{self.env} must be {kind}, got {raw!r} ({e})") from None
 
 
 def _var(name, default, concern, help, kind=str, choices=(), secret=False) -> Var:  # noqa: A002
@@ -68,53 +71,137 @@ VARS: tuple[Var, ...] = (
     _var("KAFKA", "", "services", "Kafka bootstrap servers; empty: `stepwise up` embeds a broker"),
     _var("REDIS", "", "services", "Redis URL; empty: `stepwise up` starts an embedded one"),
     _var("TOPIC_PREFIX", _P.topic_prefix, "services", "prefix of every topic and Redis key"),
-    _var("SERVICE_NICE", "10", "services", "`stepwise up`: niceness of the non-model processes", int),
+    _var(
+        "SERVICE_NICE", "10", "services", "`stepwise up`: niceness of the non-model processes", int
+    ),
     # How the stages behave (PipelineConfig)
     _var("MODEL", _P.model, "pipeline", "a model path or a bundled name (`stepwise models list`)"),
     _var("REASONING_FORMAT", "", "pipeline", "how the model writes its reasoning; empty: detected"),
-    _var("DTYPE", _P.dtype, "pipeline", "weights' dtype", choices=("auto", "float32", "bfloat16", "float16")),
+    _var(
+        "DTYPE",
+        _P.dtype,
+        "pipeline",
+        "weights' dtype",
+        choices=("auto", "float32", "bfloat16", "float16"),
+    ),
     _var("WORKER_ID", "", "pipeline", "this worker's id; empty: <stage>-<host>-<pid>"),
-    _var("KV_TRANSPORT", _P.kv_transport, "pipeline", "prefill -> decode KV handoff", choices=("shm_pool", "shm", "cuda_ipc")),
-    _var("EXPORT_POOL_MB", str(_P.export_pool_mb), "pipeline", "prefill: KV leased out at once (MiB)", int),
-    _var("KV_LEASE_MS", str(_P.kv_lease_ms), "pipeline", "prefill keeps an unacked export this long", int),
-    _var("MAX_DECODE_SEQS", str(_P.max_decode_seqs), "pipeline", "decode: sequences in the running batch", int),
-    _var("MAX_PREFILL_BATCH", str(_P.max_prefill_batch), "pipeline", "prefill: jobs prefilled together", int),
-    _var("VERDICT_TIMEOUT_S", str(_P.verdict_timeout_s), "pipeline", "decode: a later verdict counts as unknown", float),
-    _var("MAX_RETRIES", str(_P.max_retries), "pipeline", "decode: resamples of a contradicted step", int),
+    _var(
+        "KV_TRANSPORT",
+        _P.kv_transport,
+        "pipeline",
+        "prefill -> decode KV handoff",
+        choices=("shm_pool", "shm", "cuda_ipc"),
+    ),
+    _var(
+        "EXPORT_POOL_MB",
+        str(_P.export_pool_mb),
+        "pipeline",
+        "prefill: KV leased out at once (MiB)",
+        int,
+    ),
+    _var(
+        "KV_LEASE_MS",
+        str(_P.kv_lease_ms),
+        "pipeline",
+        "prefill keeps an unacked export this long",
+        int,
+    ),
+    _var(
+        "MAX_DECODE_SEQS",
+        str(_P.max_decode_seqs),
+        "pipeline",
+        "decode: sequences in the running batch",
+        int,
+    ),
+    _var(
+        "MAX_PREFILL_BATCH",
+        str(_P.max_prefill_batch),
+        "pipeline",
+        "prefill: jobs prefilled together",
+        int,
+    ),
+    _var(
+        "VERDICT_TIMEOUT_S",
+        str(_P.verdict_timeout_s),
+        "pipeline",
+        "decode: a later verdict counts as unknown",
+        float,
+    ),
+    _var(
+        "MAX_RETRIES",
+        str(_P.max_retries),
+        "pipeline",
+        "decode: resamples of a contradicted step",
+        int,
+    ),
     _var("MAX_BACKTRACKS", str(_P.max_backtracks), "pipeline", "decode: backtracks per job", int),
     _var("ENGINE", _P.engine, "pipeline", "prefill/decode engine", choices=("native", "vllm")),
     _var("VLLM_URL", "", "pipeline", "engine vllm: a running vLLM server; empty: one is started"),
-    _var("DECODE_CORE", _P.decode_core, "pipeline", "decode's engine core: own process or a thread", choices=("process", "thread")),
+    _var(
+        "DECODE_CORE",
+        _P.decode_core,
+        "pipeline",
+        "decode's engine core: own process or a thread",
+        choices=("process", "thread"),
+    ),
     # The engine's process-wide switches
-    _var("KERNELS", "auto", "engine", "kernel implementations", choices=("auto", "triton", "torch")),
+    _var(
+        "KERNELS", "auto", "engine", "kernel implementations", choices=("auto", "triton", "torch")
+    ),
     _var("KERNELS_DIR", "~/.cache/stepwise/kernels", "engine", "where the C kernels are built"),
     _var("KERNELS_CFLAGS", "", "engine", "extra C flags for the kernels (e.g. -mno-avx512f)"),
-    _var("CUDA_GRAPHS", "1", "engine", "capture decode steps as CUDA graphs (CUDA + Triton)", _bool),
+    _var(
+        "CUDA_GRAPHS", "1", "engine", "capture decode steps as CUDA graphs (CUDA + Triton)", _bool
+    ),
     _var("MODELS_DIR", "~/.cache/stepwise/models", "engine", "prepared models' cache folder"),
     _var("GC_FREEZE", "1", "engine", "freeze what a worker loaded out of the collector", _bool),
-    _var("VLLM_PYTHON", "", "engine", "an interpreter that imports vllm; empty: .venv-vllm, else this one"),
+    _var(
+        "VLLM_PYTHON",
+        "",
+        "engine",
+        "an interpreter that imports vllm; empty: .venv-vllm, else this one",
+    ),
     # Metrics and the verify pool
-    _var("METRICS_PORT", "0", "metrics", "/metrics: 0 a free port, N: N + the process's offset, -1 off", int),
+    _var(
+        "METRICS_PORT",
+        "0",
+        "metrics",
+        "/metrics: 0 a free port, N: N + the process's offset, -1 off",
+        int,
+    ),
     _var("METRICS_ADDR", "0.0.0.0", "metrics", "address /metrics binds"),
     _var("VERIFY_CONCURRENCY", "1", "verify", "checker processes per verify worker", int),
     # The budget controller
-    _var("SLO_MS", "", "budget", "interactive class's p95 SLO (ms); empty: the law's default", float),
-    _var("BATCH_SLO_MS", "", "budget", "batch class's p95 SLO (ms); empty: the law's default", float),
+    _var(
+        "SLO_MS", "", "budget", "interactive class's p95 SLO (ms); empty: the law's default", float
+    ),
+    _var(
+        "BATCH_SLO_MS", "", "budget", "batch class's p95 SLO (ms); empty: the law's default", float
+    ),
     _var("MAX_THINKING_TOKENS", "", "budget", "the law's upper bound on thinking tokens", int),
     # The gateway
     _var("GATEWAY_PORT", "8000", "gateway", "HTTP / WebSocket / OpenAI API port", int),
     _var("GATEWAY_HOST", "0.0.0.0", "gateway", "address the gateway binds"),
-    _var("API_KEYS", "", "gateway", "key:tenant,...; empty: no auth, tenant `default`", secret=True),
+    _var(
+        "API_KEYS", "", "gateway", "key:tenant,...; empty: no auth, tenant `default`", secret=True
+    ),
     _var("API_KEYS_REDIS", "0", "gateway", "also accept keys from Redis ({prefix}apikeys)", _bool),
     _var("KEY_CACHE_TTL_S", "5.0", "gateway", "Redis-held keys are cached this long", float),
-    _var("TENANT_MAX_INFLIGHT", "0", "gateway", "jobs without a Result per tenant; 0: no limit", int),
+    _var(
+        "TENANT_MAX_INFLIGHT", "0", "gateway", "jobs without a Result per tenant; 0: no limit", int
+    ),
     _var("TENANT_RATE", "0", "gateway", "jobs/s per tenant; 0: no limit", float),
     _var("TENANT_BURST", "", "gateway", "burst of TENANT_RATE; empty: the rate rounded up", int),
     _var("TENANT_RATES", "", "gateway", "per-tenant rates: tenant:rate[/burst],..."),
     _var("WS_MAX_QUEUE", "1000", "gateway", "events a WebSocket may fall behind", int),
     _var("WS_DEFLATE", "0", "gateway", "permessage-deflate on WebSockets", _bool),
     # Clients (`stepwise stream`)
-    _var("GATEWAY_URL", "", "client", "the gateway for `stepwise stream`; empty: 127.0.0.1:GATEWAY_PORT"),
+    _var(
+        "GATEWAY_URL",
+        "",
+        "client",
+        "the gateway for `stepwise stream`; empty: 127.0.0.1:GATEWAY_PORT",
+    ),
     _var("API_KEY", "", "client", "the key `stepwise stream` sends", secret=True),
 )
 BY_NAME = {v.name: v for v in VARS}
@@ -181,12 +268,18 @@ class Settings:
             "max_backtracks": "MAX_BACKTRACKS", "engine": "ENGINE", "vllm_url": "VLLM_URL",
             "decode_core": "DECODE_CORE",
         }  # fmt: skip
-        values = {f: self._values[n] if self._values[n] is not None else "" for f, n in fields.items()}
+        values = {
+            f: self._values[n] if self._values[n] is not None else "" for f, n in fields.items()
+        }
         return PipelineConfig(**(values | overrides))  # type: ignore[arg-type]
 
     def gateway(self, **overrides: object):  # -> GatewayConfig (imported late: no cycle)
-        from pipeline.gateway.config import GatewayConfig, parse_api_keys, parse_rate_limits
-        from pipeline.gateway.config import rate_limit
+        from pipeline.gateway.settings import (
+            GatewayConfig,
+            parse_api_keys,
+            parse_rate_limits,
+            rate_limit,
+        )
 
         values: dict[str, object] = {
             "pipeline": self.pipeline(),
@@ -204,7 +297,7 @@ class Settings:
         return GatewayConfig(**(values | overrides))
 
     def budget(self):  # -> BudgetConfig
-        from pipeline.budget.law import BudgetConfig
+        from pipeline.budget import BudgetConfig
 
         return BudgetConfig.scaled(
             slo_ms=self["SLO_MS"],

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from pipeline import settings
 from pipeline.config import PipelineConfig
 from pipeline.services import LocalServices, child_setup, create_topics
 from pipeline.topics import Topics
@@ -35,34 +35,33 @@ class Stack:
         (default STEPWISE_SERVICE_NICE, else 10; 0 runs everything alike)."""
         self.config = config
         self.workers = workers
+        self.settings = settings.current()
         if service_nice is None:
-            value = os.environ.get("STEPWISE_SERVICE_NICE") or "10"
-            try:
-                service_nice = int(value)
-            except ValueError:
-                msg = f"STEPWISE_SERVICE_NICE must be an integer, not {value!r}"
-                raise ValueError(msg) from None
+            service_nice = self.settings["SERVICE_NICE"]
         self.service_nice = max(0, service_nice)
-        self.services = LocalServices(log_dir=log_dir, nice=self.service_nice)
+        self.services = LocalServices(
+            kafka=config.kafka, redis=config.redis, log_dir=log_dir, nice=self.service_nice
+        )
         self.procs: dict[str, subprocess.Popen] = {}
         self.log_dir = Path(log_dir) if log_dir else None
-        self.gateway_port = int(os.environ.get("STEPWISE_GATEWAY_PORT") or 8000)
+        self.gateway_port = self.settings["GATEWAY_PORT"]
         self.vllm = None  # engine vllm without a URL: one server, shared by prefill and decode
 
     @property
     def env(self) -> dict[str, str]:
-        return {
-            **os.environ,
-            "STEPWISE_KAFKA": self.services.bootstrap_servers,
-            "STEPWISE_REDIS": self.services.redis_url,
-            "STEPWISE_TOPIC_PREFIX": self.config.topic_prefix,
-            "STEPWISE_MODEL": self.config.model,
-            "STEPWISE_REASONING_FORMAT": self.config.reasoning_format,
-            "STEPWISE_DTYPE": self.config.dtype,
-            "STEPWISE_GATEWAY_PORT": str(self.gateway_port),
-            "STEPWISE_ENGINE": self.config.engine,
-            "STEPWISE_VLLM_URL": self.config.vllm_url,
-        }
+        """Each worker's environment: this process's settings written out, and the stack's own
+        choices over them (where the services are, the model, the engine)."""
+        return self.settings.child_env(
+            KAFKA=self.services.bootstrap_servers,
+            REDIS=self.services.redis_url,
+            TOPIC_PREFIX=self.config.topic_prefix,
+            MODEL=self.config.model,
+            REASONING_FORMAT=self.config.reasoning_format,
+            DTYPE=self.config.dtype,
+            GATEWAY_PORT=self.gateway_port,
+            ENGINE=self.config.engine,
+            VLLM_URL=self.config.vllm_url,
+        )
 
     def start(self) -> None:
         self.services.start()

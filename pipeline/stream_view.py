@@ -4,7 +4,6 @@ WebSocket. `StreamView` is the pure part: Events and the Result in, a renderable
 from __future__ import annotations
 
 import argparse
-import os
 from dataclasses import dataclass
 
 from rich.console import Console, Group
@@ -163,23 +162,25 @@ def marked(text: str, claims, gone: bool = False) -> Text:
     return out
 
 
-def default_url(env=os.environ) -> str:
-    return env.get("STEPWISE_GATEWAY_URL") or (
-        f"ws://127.0.0.1:{env.get('STEPWISE_GATEWAY_PORT') or 8000}"
-    )
+def default_url(current=None) -> str:
+    """STEPWISE_GATEWAY_URL, else the local gateway on STEPWISE_GATEWAY_PORT."""
+    from pipeline import settings
+
+    current = current or settings.current()
+    return current["GATEWAY_URL"] or f"ws://127.0.0.1:{current['GATEWAY_PORT']}"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("problem", nargs="?", help="the problem to solve (omit with --job)")
     p.add_argument(
         "--url",
-        default=default_url(),
+        default=None,
         help="the gateway: ws://host:port or http://host:port (default: $STEPWISE_GATEWAY_URL, "
         "else ws://127.0.0.1:$STEPWISE_GATEWAY_PORT, port 8000)",
     )
     p.add_argument(
         "--api-key",
-        default=os.environ.get("STEPWISE_API_KEY"),
+        default=None,
         help="API key when the gateway has keys on (default: $STEPWISE_API_KEY)",
     )
     p.add_argument("--job", default=None, help="follow this job id instead of submitting")
@@ -221,8 +222,11 @@ async def follow(args: argparse.Namespace, view: StreamView, on_item=None) -> sc
     """Stream the job into `view`; the Result, or None if the stream ended without one."""
     import asyncio
 
+    from pipeline import settings
     from pipeline.client import GatewayClient
 
+    args.url = args.url or default_url()
+    args.api_key = args.api_key or settings.current()["API_KEY"] or None
     client = GatewayClient(args.url, args.api_key)
     if args.job:
         items = client.stream(job_id=args.job, from_seq=args.from_seq)

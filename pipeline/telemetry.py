@@ -11,7 +11,6 @@ label. The metric reference is docs/telemetry.md.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import typing
 from collections.abc import Iterable
@@ -44,7 +43,7 @@ STATUSES: tuple[str, ...] = typing.get_args(typing.get_type_hints(schema.Result)
 STOP_REASONS: tuple[str, ...] = typing.get_args(
     typing.get_type_hints(schema.BudgetReport)["stop_reason"]
 )
-WORKER_STAGES = ("ingest", "prefill", "decode", "verify", "budget")  # who exports
+WORKER_STAGES = ("ingest", "prefill", "decode", "verify", "budget", "gateway")  # who exports
 LATENCY_STAGES = ("queue", "ingest", "prefill", "decode", "verify")  # what took the time
 CACHE_LEVELS = ("answer", "step", "prefix")
 CACHE_LAYERS = ("l1", "l2")  # l1: in-process LRU, l2: Redis
@@ -400,9 +399,11 @@ def stop_metrics_servers() -> None:
         thread.join(timeout=5)
 
 
-def metrics_port_from_env(offset: int = 0) -> int:
+def metrics_port(offset: int = 0) -> int:
     """STEPWISE_METRICS_PORT: unset or 0 -> 0 (a free port), N > 0 -> N + offset, -1 -> DISABLED."""
-    base = int(os.environ.get(METRICS_PORT_ENV) or 0)
+    from pipeline import settings
+
+    base = settings.current()["METRICS_PORT"]
     if base < DISABLED:
         raise ValueError(f"{METRICS_PORT_ENV} must be -1, 0 or a port, got {base}")
     return base if base <= 0 else base + offset
@@ -412,11 +413,13 @@ def serve_metrics(stage: str, model: str = "", offset: int = 0) -> int:
     """A worker's one call at start-up: label this process, serve `/metrics` as the env says,
     log where. Returns the port, or DISABLED."""
     set_worker_info(stage, model)
-    port = metrics_port_from_env(offset)
+    port = metrics_port(offset)
     if port == DISABLED:
         log.info("%s: metrics disabled (%s=-1)", stage, METRICS_PORT_ENV)
         return DISABLED
-    bound = start_metrics_server(port, os.environ.get(METRICS_ADDR_ENV) or "0.0.0.0")
+    from pipeline import settings
+
+    bound = start_metrics_server(port, settings.current()["METRICS_ADDR"])
     log.info("%s: serving /metrics on port %d", stage, bound)
     return bound
 

@@ -23,7 +23,7 @@ from abc import ABC, abstractmethod
 from aiokafka import ConsumerRecord
 from redis.asyncio import Redis
 
-from pipeline import gcstats, schema, services, telemetry
+from pipeline import gcstats, schema, services, settings, telemetry
 from pipeline.budget import SLO_CLASSES, BudgetReader
 from pipeline.bus import Ack, BusConfig, ConsumeLoop, Producer, retry_transient
 from pipeline.config import PipelineConfig
@@ -190,7 +190,7 @@ class StageWorker(ABC):
                 raise
             # What setup loaded (model, tokenizer, clients) lives as long as the worker: out
             # of the collector's sight, so a full collection no longer walks it (gcstats.py).
-            if freeze_gc and os.environ.get("STEPWISE_GC_FREEZE", "1") != "0":
+            if freeze_gc and settings.current()["GC_FREEZE"]:
                 frozen = gcstats.freeze()
                 log.info("%s: %d objects frozen out of the collector", self.worker_id, frozen)
             self.gc_stats = gcstats.GCStats().install()

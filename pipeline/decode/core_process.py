@@ -19,7 +19,7 @@ from multiprocessing.connection import Connection
 
 import msgspec
 
-from pipeline import gcstats, services
+from pipeline import gcstats, services, settings
 from pipeline.config import PipelineConfig
 from pipeline.decode.core_loop import serve
 from pipeline.decode.engine_core import DecodeCore
@@ -53,7 +53,7 @@ def main(config: PipelineConfig, worker_id: str, verdict_stream: str, conn: Conn
         conn.send_bytes(encoder.encode(Ready(error=f"{type(e).__name__}: {e}")))
         raise SystemExit(1) from None
     # The core owns its process: what it loaded is frozen out of the collector (gcstats.py).
-    if os.environ.get("STEPWISE_GC_FREEZE", "1") != "0":
+    if settings.current()["GC_FREEZE"]:
         log.info("%s: %d objects frozen out of the collector", name, gcstats.freeze())
     stats = gcstats.GCStats().install()
     conn.send_bytes(encoder.encode(Ready(kv_total=engine.kv_usage()[1])))

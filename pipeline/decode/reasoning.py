@@ -6,7 +6,7 @@ this step, roll back to this token with this seed, resume, finish; plus the note
 the job's events. The decode worker (verdicts from Celery) and `stepwise eval --mode verify-*`
 (verdicts from a local process) drive the same machine, so what is measured is what is served.
 
-Verify modes (shared/DESIGN.md §7):
+Verify modes (docs/verification.md):
 * `off`: steps are kept unchecked (verdict `unverified`).
 * `async`: each step is sent for checking and decoding goes on; a contradiction rolls the
   sequence back to the start of the contradicted step, whatever came after it.
@@ -24,7 +24,7 @@ contradicted step in its chain. A verdict that
 does not arrive within `verdict_timeout_s` counts as `unknown` (reason timeout), so a lost task
 never stalls a job.
 
-Budget (shared/DESIGN.md §8): when the thinking budget runs out (`max_thinking_tokens`, counting
+Budget (docs/budget.md): when the thinking budget runs out (`max_thinking_tokens`, counting
 kept, discarded and probe tokens, or `max_steps`), the sequence pauses until its pending
 verdicts are in, is cut back to the end of its last accepted step, gets the format's forcing text
 appended (the thinking closed, the answer prefix: `ReasoningConfig.format`) and decodes the

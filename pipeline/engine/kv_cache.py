@@ -12,8 +12,8 @@ class KVCache:
 
     Head-major inside a layer (see attention.py for why). Exports are head-major too,
     [layers, 2, kv_heads, tokens, head_dim], so an export is one gather straight into the
-    handoff buffer and an import one scatter out of it (DESIGN.md section 6 drew the
-    token-major layout; that would cost a transpose copy on each side).
+    handoff buffer and an import one scatter out of it (an early design drew the token-major
+    layout; that would cost a transpose copy on each side).
     """
 
     def __init__(

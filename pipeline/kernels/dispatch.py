@@ -1,7 +1,8 @@
 """Picks a kernel's implementation: Triton on CUDA tensors, a C kernel (where one exists and
 builds) on CPU tensors, the torch reference elsewhere.
 
-STEPWISE_KERNELS=auto (default) | triton | torch, read on every call so tests can flip it:
+STEPWISE_KERNELS=auto (default) | triton | torch, from the process's settings (tests flip it
+with `settings.install`):
 `triton` forces the Triton kernels on any device (on CPU that needs TRITON_INTERPRET=1 set
 before Triton is first imported: it reads it at import, decoration and launch);
 `torch` forces the references everywhere (a GPU run without Triton, or to compare).
@@ -12,10 +13,11 @@ from __future__ import annotations
 
 import functools
 import importlib
-import os
 from types import ModuleType
 
 import torch
+
+from pipeline import settings
 
 ENV = "STEPWISE_KERNELS"
 BACKENDS = ("auto", "triton", "torch")
@@ -28,10 +30,9 @@ class KernelArgumentError(ValueError):
 
 
 def backend() -> str:
-    value = os.environ.get(ENV, "auto").strip().lower() or "auto"
-    if value not in BACKENDS:
-        raise ValueError(f"{ENV}={value!r}: expected one of {', '.join(BACKENDS)}")
-    return value
+    """The process's STEPWISE_KERNELS (its settings, read once at start; a bad value fails
+    there, naming the variable)."""
+    return settings.current()["KERNELS"]
 
 
 @functools.cache

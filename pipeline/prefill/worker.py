@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import msgspec
 from aiokafka import ConsumerRecord
 
-from pipeline import schema
+from pipeline import schema, telemetry
 from pipeline.bus import Ack
 from pipeline.cache import Cache, CacheConfig, partitions_key, prefix_hashes
 from pipeline.engine import Request
@@ -216,6 +216,9 @@ class PrefillWorker(EngineStageWorker):
     async def report_metrics(self) -> None:
         """Also the routing heartbeat: alive, and which input partitions this worker holds."""
         await super().report_metrics()
+        engine = getattr(self, "engine", None)
+        if engine is not None and engine.can_export_kv:  # the pool it leases out of
+            telemetry.set_kv_usage(*engine.kv_usage(), stage="prefill")
         if self.loop is not None and self.loop.consumer is not None:
             parts = sorted(tp.partition for tp in self.loop.consumer.assignment())
             key = partitions_key(self.config.topic_prefix, self.worker_id)

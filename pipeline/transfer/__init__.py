@@ -1,4 +1,4 @@
-"""KV handoff transports: prefill exports a sequence's KV, decode imports it (DESIGN.md 6)."""
+"""KV handoff transports: prefill exports a sequence's KV, decode imports it (docs/pipeline.md)."""
 
 from pipeline.transfer.base import (
     ExportPool,

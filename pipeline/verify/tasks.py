@@ -9,7 +9,8 @@ their own stream (`reply_stream`). The task is:
   counts the step as `unknown` and goes on;
 * bounded: Z3's own timeout inside every check, plus Celery soft and hard time limits.
 
-`stepwise worker verify` runs `celery worker` on this app (prefork pool: time limits need it).
+`stepwise worker verify` builds the app from the process's settings (STEPWISE_REDIS) and runs
+`celery worker` on it (prefork pool: time limits need it); nothing is built at import.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from celery import Celery
 from celery.exceptions import SoftTimeLimitExceeded
 
 from pipeline import schema, telemetry
-from pipeline.config import PipelineConfig
+from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -39,11 +40,12 @@ STREAM_MAXLEN = 100_000  # verdicts kept per reply stream (approximate trim)
 VISIBILITY_TIMEOUT_S = 60
 
 
-def redis_url() -> str:
-    return PipelineConfig.from_env().redis or "redis://127.0.0.1:6379/0"
+DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
 
 
 def make_app(broker_url: str) -> Celery:
+    """The Celery app on this Redis, with the step-check task registered (verdicts go back on
+    the same Redis, to each request's reply stream)."""
     app = Celery("stepwise", broker=broker_url, set_as_current=False)
     app.conf.update(
         task_default_queue=QUEUE,
@@ -58,15 +60,21 @@ def make_app(broker_url: str) -> Celery:
         worker_hijack_root_logger=False,
         worker_send_task_events=False,
     )
+    app.task(
+        name=TASK_NAME,
+        bind=True,
+        acks_late=True,
+        reject_on_worker_lost=True,
+        soft_time_limit=SOFT_TIME_LIMIT_S,
+        time_limit=HARD_TIME_LIMIT_S,
+        ignore_result=True,
+    )(verify_step)
     return app
 
 
-app = make_app(redis_url())
-
-
 @functools.cache
-def _redis() -> redis.Redis:
-    return redis.Redis.from_url(redis_url())
+def _redis(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url)
 
 
 def _worker_name() -> str:
@@ -99,15 +107,8 @@ def run_check(req: schema.VerifyRequest) -> schema.VerdictMessage:
     )
 
 
-@app.task(
-    name=TASK_NAME,
-    acks_late=True,
-    reject_on_worker_lost=True,
-    soft_time_limit=SOFT_TIME_LIMIT_S,
-    time_limit=HARD_TIME_LIMIT_S,
-    ignore_result=True,
-)
-def verify_step(payload: str) -> None:
+def verify_step(task, payload: str) -> None:
+    """The task body (`task`: the bound Celery task, whose app names the Redis)."""
     try:
         req = schema.decode(payload.encode(), schema.VerifyRequest, fmt="json")
     except schema.SchemaError as e:  # nobody to answer: the asker's verdict timeout covers it
@@ -115,12 +116,12 @@ def verify_step(payload: str) -> None:
         return
     verdict = run_check(req)
     telemetry.verify_check(verdict.verdict, verdict.check_ms / 1000)
-    _redis().xadd(
+    _redis(task.app.conf.broker_url).xadd(
         req.reply_stream, {"v": schema.encode(verdict)}, maxlen=STREAM_MAXLEN, approximate=True
     )
 
 
-def send(request: schema.VerifyRequest, target: Celery = app) -> None:
+def send(request: schema.VerifyRequest, target: Celery) -> None:
     """Queue a check (blocking I/O on the broker: call it off the event loop)."""
     target.send_task(TASK_NAME, args=[schema.encode_json(request).decode()], queue=QUEUE)
 
@@ -140,11 +141,12 @@ def worker_argv(concurrency: int = 1, loglevel: str = "INFO") -> list[str]:
     ]
 
 
-def main(concurrency: int | None = None) -> int:
-    """`stepwise worker verify`."""
+def main(current: Settings) -> int:
+    """`stepwise worker verify`: a Celery worker on the settings' Redis."""
     from celery.signals import worker_process_init
 
-    n = concurrency or int(os.environ.get("STEPWISE_VERIFY_CONCURRENCY", "1"))
+    app = make_app(current["REDIS"] or DEFAULT_REDIS)
+    n = current["VERIFY_CONCURRENCY"]
     # Checks run in the pool's children: each serves its own /metrics.
     worker_process_init.connect(telemetry.serve_pool_child_metrics, weak=False)
     app.worker_main(worker_argv(n))

@@ -260,7 +260,7 @@ def test_embedded_redis_stops_and_frees_its_port() -> None:
 
 
 def test_local_services_start_only_what_env_leaves_unset(redis_url: str) -> None:
-    with services.LocalServices(env={services.REDIS_ENV: redis_url}) as local:
+    with services.LocalServices(redis=redis_url) as local:
         assert local.redis is None and local.redis_url == redis_url
         host, port = local.bootstrap_servers.rsplit(":", 1)
         assert services.kafka_metadata_answers(host, int(port))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from pipeline import settings
 from pipeline.gateway.auth import ApiKeys, KeysUnavailable, Unauthorized
 from pipeline.gateway.limits import RateLimit, RateLimiter
 from pipeline.gateway.service import GatewayError
@@ -46,7 +47,7 @@ def test_parse_rate_limits(monkeypatch):
             parse_rate_limits(bad)
     monkeypatch.setenv("STEPWISE_TENANT_RATE", "2.5")
     monkeypatch.setenv("STEPWISE_TENANT_RATES", "vip:100/200")
-    config = GatewayConfig.from_env()
+    config = settings.current().gateway()
     assert config.tenant_rate == RateLimit(2.5, 3) and config.tenant_rates["vip"].burst == 200
 
 
@@ -108,7 +109,6 @@ async def test_auth_off_without_any_keys():
 async def test_submit_takes_a_token_only_for_a_job_that_goes_out():
     from pipeline.config import PipelineConfig
     from pipeline.gateway.service import Gateway, parse_job
-    from pipeline.gateway.settings import GatewayConfig
 
     config = GatewayConfig(
         pipeline=PipelineConfig(kafka="x"), tenant_rate=RateLimit(1.0, 2), tenant_max_inflight=3

@@ -16,27 +16,30 @@ from pipeline.topics import DEFAULT_PARTITIONS, STAGES, Topics
 
 
 def test_env_names_services_and_empty_means_unset() -> None:
-    env = {"STEPWISE_KAFKA": "k1:9092,k2:9092", "STEPWISE_REDIS": ""}
-    assert services.services_from_env(env) == ("k1:9092,k2:9092", None)
-    assert services.services_from_env({}) == (None, None)
+    from pipeline.settings import Settings
+
+    config = Settings.load(
+        env={"STEPWISE_KAFKA": "k1:9092,k2:9092", "STEPWISE_REDIS": ""}
+    ).pipeline()
+    assert (config.kafka, config.redis) == ("k1:9092,k2:9092", "")
 
 
 def test_local_services_embeds_only_what_env_leaves_unset() -> None:
-    both = services.LocalServices(env={"STEPWISE_KAFKA": "k:1", "STEPWISE_REDIS": "redis://r:2/1"})
+    both = services.LocalServices(kafka="k:1", redis="redis://r:2/1")
     assert both.embedded == []
     assert (both.bootstrap_servers, both.redis_url) == ("k:1", "redis://r:2/1")
     assert all("from $STEPWISE_" in line for line in both.describe())
 
-    only_redis = services.LocalServices(env={"STEPWISE_KAFKA": "k:1"}, redis_port=6390)
+    only_redis = services.LocalServices(kafka="k:1", redis_port=6390)
     assert only_redis.kafka is None and isinstance(only_redis.redis, services.EmbeddedRedis)
     assert only_redis.redis_url == "redis://127.0.0.1:6390/0"
     only_redis.stop()  # nothing was started: a no-op
 
 
 def test_local_services_run_their_embedded_services_niced() -> None:
-    local = services.LocalServices(env={"STEPWISE_KAFKA": "k:1"}, nice=7)
+    local = services.LocalServices(kafka="k:1", nice=7)
     assert [s.nice for s in local.embedded] == [7]  # Redis only: Kafka came from env
-    assert services.LocalServices(env={}).redis.nice == 0
+    assert services.LocalServices().redis.nice == 0
 
 
 def test_child_setup_lowers_the_child_by_its_niceness() -> None:
@@ -168,7 +171,7 @@ def test_stack_reads_its_service_niceness_from_env(monkeypatch: pytest.MonkeyPat
     for value, want in (("0", 0), ("3", 3), ("-5", 0)):  # never above the stack itself
         monkeypatch.setenv("STEPWISE_SERVICE_NICE", value)
         assert Stack(config).service_nice == want
-    monkeypatch.setenv("STEPWISE_SERVICE_NICE", "high")
+    assert Stack(config, service_nice=2).service_nice == 2  # an argument overrides the env
+    monkeypatch.setenv("STEPWISE_SERVICE_NICE", "high")  # a bad value stops any start
     with pytest.raises(ValueError, match="STEPWISE_SERVICE_NICE must be an integer"):
         Stack(config)
-    assert Stack(config, service_nice=2).service_nice == 2  # an argument overrides the env

@@ -265,17 +265,17 @@ def test_scrape_has_a_sample_of_every_metric_once_each_helper_ran(m, server):
         assert name in exposed or f"{name}_count" in exposed, name
 
 
-def test_metrics_port_from_env(monkeypatch):
+def test_metrics_port(monkeypatch):
     monkeypatch.delenv(telemetry.METRICS_PORT_ENV, raising=False)
-    assert telemetry.metrics_port_from_env(offset=3) == 0
+    assert telemetry.metrics_port(offset=3) == 0
     monkeypatch.setenv(telemetry.METRICS_PORT_ENV, "9400")
-    assert telemetry.metrics_port_from_env() == 9400
-    assert telemetry.metrics_port_from_env(offset=2) == 9402
+    assert telemetry.metrics_port() == 9400
+    assert telemetry.metrics_port(offset=2) == 9402
     monkeypatch.setenv(telemetry.METRICS_PORT_ENV, "-1")
-    assert telemetry.metrics_port_from_env(offset=2) == telemetry.DISABLED
+    assert telemetry.metrics_port(offset=2) == telemetry.DISABLED
     monkeypatch.setenv(telemetry.METRICS_PORT_ENV, "-5")
     with pytest.raises(ValueError):
-        telemetry.metrics_port_from_env()
+        telemetry.metrics_port()
 
 
 def test_values_off_the_wire_outside_their_set_become_other(m):

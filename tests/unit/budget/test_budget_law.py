@@ -18,6 +18,7 @@ from pipeline.budget import (
     control_step,
     limits_for,
 )
+from pipeline.settings import Settings
 
 CFG = SloClassConfig()  # interactive: SLO 2000 ms, band 1600..1900 ms, tokens 32..512
 
@@ -220,10 +221,10 @@ def test_a_cut_starts_from_what_jobs_use_not_from_an_unreached_limit():
     assert abs(high.tokens - blind.tokens) < 1e-6
 
 
-def test_budget_config_from_env_scales_window_and_period_with_the_slo():
-    cfg = budget.BudgetConfig.from_env(
-        {"STEPWISE_SLO_MS": "10000", "STEPWISE_MAX_THINKING_TOKENS": "768"}
-    )
+def test_budget_config_from_settings_scales_window_and_period_with_the_slo():
+    cfg = Settings.load(
+        env={"STEPWISE_SLO_MS": "10000", "STEPWISE_MAX_THINKING_TOKENS": "768"}
+    ).budget()
     base = DEFAULT_BUDGET_CONFIG.interactive
     ia = cfg.interactive
     assert ia.slo_p95_ms == 10_000.0
@@ -231,10 +232,16 @@ def test_budget_config_from_env_scales_window_and_period_with_the_slo():
     assert ia.control_period_s == pytest.approx(base.control_period_s * 5)
     assert ia.max_thinking_tokens == 768 and cfg.batch.max_thinking_tokens == 768
     assert cfg.batch.slo_p95_ms == DEFAULT_BUDGET_CONFIG.batch.slo_p95_ms  # untouched
-    assert budget.BudgetConfig.from_env({}) == DEFAULT_BUDGET_CONFIG
+    assert Settings.load(env={}).budget() == DEFAULT_BUDGET_CONFIG
 
 
-@pytest.mark.parametrize("value", ["0", "-5", "fast", "1e400x"])
-def test_budget_config_from_env_names_a_bad_variable(value):
+@pytest.mark.parametrize("value", ["fast", "1e400x"])
+def test_budget_settings_name_a_bad_variable(value):
     with pytest.raises(ValueError, match="STEPWISE_BATCH_SLO_MS"):
-        budget.BudgetConfig.from_env({"STEPWISE_BATCH_SLO_MS": value})
+        Settings.load(env={"STEPWISE_BATCH_SLO_MS": value})
+
+
+@pytest.mark.parametrize("value", ["0", "-5"])
+def test_budget_config_refuses_a_slo_that_is_not_positive(value):
+    with pytest.raises(ValueError, match="positive"):
+        Settings.load(env={"STEPWISE_BATCH_SLO_MS": value}).budget()

@@ -87,10 +87,7 @@ class Engine:
         self.dtype = resolve_dtype(config.dtype, self.device)
         path = Path(config.model)
         self.model_config = mc = ModelConfig.from_dir(path)
-        limit = mc.max_position_embeddings
-        if mc.sliding_window:  # no sliding-window attention here: stay inside the window
-            limit = min(limit, mc.sliding_window)
-        self.max_model_len = min(config.max_model_len or limit, limit)
+        self.max_model_len = mc.max_model_len(config.max_model_len)
         model = load_model(path, self.dtype, self.device, self.max_model_len)
         if config.cpu_prepack and self.device.type == "cpu":
             prepack_linears(model, batch_hint=min(config.max_num_seqs, 64))

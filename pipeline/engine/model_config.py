@@ -38,6 +38,18 @@ class ModelConfig:
     qk_norm: bool = False
     tie_word_embeddings: bool = False
     sliding_window: int | None = None
+
+    def max_model_len(self, requested: int | None = None, *, windowed: bool = True) -> int:
+        """The longest sequence (prompt + generated tokens) an engine may run on this model:
+        its position limit, inside its sliding window when `windowed` (the native engine has
+        no sliding-window attention; vLLM does, so its backend passes False), and inside
+        `requested` (EngineConfig.max_model_len) when given. The one place this is decided:
+        the engines and ingest's prompt check all ask here."""
+        limit = self.max_position_embeddings
+        if windowed and self.sliding_window:
+            limit = min(limit, self.sliding_window)
+        return min(requested or limit, limit)
+
     torch_dtype: str | None = None
     eos_token_ids: tuple[int, ...] = ()
     bos_token_id: int | None = None

@@ -91,7 +91,7 @@ class VLLMEngine:
             config.step_delimiter or self.reasoning_format.step_delimiter,
         )
         self.server: VLLMServer | None = None
-        limit = mc.max_position_embeddings
+        limit = mc.max_model_len(windowed=False)  # vLLM runs sliding windows itself
         if streams is None:  # a real server (tests of the logic pass a fake `streams`)
             if not url:
                 dtype = "float32" if config.dtype == "auto" else config.dtype

@@ -41,7 +41,8 @@ class IngestWorker(StageWorker):
         mc = ModelConfig.from_dir(path)
         self.core = IngestCore(
             Tokenizer(path),
-            max_model_len=mc.max_position_embeddings,
+            # The prompt must fit what the engine behind this pipeline will run.
+            max_model_len=mc.max_model_len(windowed=self.config.engine == "native"),
             model_name=self.config.model,
             default_budget=schema.Budget(
                 max_steps=self.config.default_max_steps,

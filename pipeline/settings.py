@@ -12,6 +12,7 @@ be ignored in silence).
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 from collections.abc import Callable, Mapping
@@ -61,83 +62,79 @@ class Var:
             raise ValueError(f"{self.env} must be {kind}, got {raw!r} ({e})") from None
 
 
-def _var(name, default, concern, help, kind=str, choices=(), secret=False) -> Var:  # noqa: A002
-    return Var(name, default, concern, help, kind, choices, secret)
-
-
 _P = PipelineConfig()
 VARS: tuple[Var, ...] = (
     # Where the services are
-    _var("KAFKA", "", "services", "Kafka bootstrap servers; empty: `stepwise up` embeds a broker"),
-    _var("REDIS", "", "services", "Redis URL; empty: `stepwise up` starts an embedded one"),
-    _var("TOPIC_PREFIX", _P.topic_prefix, "services", "prefix of every topic and Redis key"),
-    _var(
+    Var("KAFKA", "", "services", "Kafka bootstrap servers; empty: `stepwise up` embeds a broker"),
+    Var("REDIS", "", "services", "Redis URL; empty: `stepwise up` starts an embedded one"),
+    Var("TOPIC_PREFIX", _P.topic_prefix, "services", "prefix of every topic and Redis key"),
+    Var(
         "SERVICE_NICE", "10", "services", "`stepwise up`: niceness of the non-model processes", int
     ),
     # How the stages behave (PipelineConfig)
-    _var("MODEL", _P.model, "pipeline", "a model path or a bundled name (`stepwise models list`)"),
-    _var("REASONING_FORMAT", "", "pipeline", "how the model writes its reasoning; empty: detected"),
-    _var(
+    Var("MODEL", _P.model, "pipeline", "a model path or a bundled name (`stepwise models list`)"),
+    Var("REASONING_FORMAT", "", "pipeline", "how the model writes its reasoning; empty: detected"),
+    Var(
         "DTYPE",
         _P.dtype,
         "pipeline",
         "weights' dtype",
         choices=("auto", "float32", "bfloat16", "float16"),
     ),
-    _var("WORKER_ID", "", "pipeline", "this worker's id; empty: <stage>-<host>-<pid>"),
-    _var(
+    Var("WORKER_ID", "", "pipeline", "this worker's id; empty: <stage>-<host>-<pid>"),
+    Var(
         "KV_TRANSPORT",
         _P.kv_transport,
         "pipeline",
         "prefill -> decode KV handoff",
         choices=("shm_pool", "shm", "cuda_ipc"),
     ),
-    _var(
+    Var(
         "EXPORT_POOL_MB",
         str(_P.export_pool_mb),
         "pipeline",
         "prefill: KV leased out at once (MiB)",
         int,
     ),
-    _var(
+    Var(
         "KV_LEASE_MS",
         str(_P.kv_lease_ms),
         "pipeline",
         "prefill keeps an unacked export this long",
         int,
     ),
-    _var(
+    Var(
         "MAX_DECODE_SEQS",
         str(_P.max_decode_seqs),
         "pipeline",
         "decode: sequences in the running batch",
         int,
     ),
-    _var(
+    Var(
         "MAX_PREFILL_BATCH",
         str(_P.max_prefill_batch),
         "pipeline",
         "prefill: jobs prefilled together",
         int,
     ),
-    _var(
+    Var(
         "VERDICT_TIMEOUT_S",
         str(_P.verdict_timeout_s),
         "pipeline",
         "decode: a later verdict counts as unknown",
         float,
     ),
-    _var(
+    Var(
         "MAX_RETRIES",
         str(_P.max_retries),
         "pipeline",
         "decode: resamples of a contradicted step",
         int,
     ),
-    _var("MAX_BACKTRACKS", str(_P.max_backtracks), "pipeline", "decode: backtracks per job", int),
-    _var("ENGINE", _P.engine, "pipeline", "prefill/decode engine", choices=("native", "vllm")),
-    _var("VLLM_URL", "", "pipeline", "engine vllm: a running vLLM server; empty: one is started"),
-    _var(
+    Var("MAX_BACKTRACKS", str(_P.max_backtracks), "pipeline", "decode: backtracks per job", int),
+    Var("ENGINE", _P.engine, "pipeline", "prefill/decode engine", choices=("native", "vllm")),
+    Var("VLLM_URL", "", "pipeline", "engine vllm: a running vLLM server; empty: one is started"),
+    Var(
         "DECODE_CORE",
         _P.decode_core,
         "pipeline",
@@ -145,64 +142,58 @@ VARS: tuple[Var, ...] = (
         choices=("process", "thread"),
     ),
     # The engine's process-wide switches
-    _var(
-        "KERNELS", "auto", "engine", "kernel implementations", choices=("auto", "triton", "torch")
-    ),
-    _var("KERNELS_DIR", "~/.cache/stepwise/kernels", "engine", "where the C kernels are built"),
-    _var("KERNELS_CFLAGS", "", "engine", "extra C flags for the kernels (e.g. -mno-avx512f)"),
-    _var(
-        "CUDA_GRAPHS", "1", "engine", "capture decode steps as CUDA graphs (CUDA + Triton)", _bool
-    ),
-    _var("MODELS_DIR", "~/.cache/stepwise/models", "engine", "prepared models' cache folder"),
-    _var("GC_FREEZE", "1", "engine", "freeze what a worker loaded out of the collector", _bool),
-    _var(
+    Var("KERNELS", "auto", "engine", "kernel implementations", choices=("auto", "triton", "torch")),
+    Var("KERNELS_DIR", "~/.cache/stepwise/kernels", "engine", "where the C kernels are built"),
+    Var("KERNELS_CFLAGS", "", "engine", "extra C flags for the kernels (e.g. -mno-avx512f)"),
+    Var("CUDA_GRAPHS", "1", "engine", "capture decode steps as CUDA graphs (CUDA + Triton)", _bool),
+    Var("MODELS_DIR", "~/.cache/stepwise/models", "engine", "prepared models' cache folder"),
+    Var("GC_FREEZE", "1", "engine", "freeze what a worker loaded out of the collector", _bool),
+    Var(
         "VLLM_PYTHON",
         "",
         "engine",
         "an interpreter that imports vllm; empty: .venv-vllm, else this one",
     ),
     # Metrics and the verify pool
-    _var(
+    Var(
         "METRICS_PORT",
         "0",
         "metrics",
         "/metrics: 0 a free port, N: N + the process's offset, -1 off",
         int,
     ),
-    _var("METRICS_ADDR", "0.0.0.0", "metrics", "address /metrics binds"),
-    _var("VERIFY_CONCURRENCY", "1", "verify", "checker processes per verify worker", int),
+    Var("METRICS_ADDR", "0.0.0.0", "metrics", "address /metrics binds"),
+    Var("VERIFY_CONCURRENCY", "1", "verify", "checker processes per verify worker", int),
     # The budget controller
-    _var(
+    Var(
         "SLO_MS", "", "budget", "interactive class's p95 SLO (ms); empty: the law's default", float
     ),
-    _var(
+    Var(
         "BATCH_SLO_MS", "", "budget", "batch class's p95 SLO (ms); empty: the law's default", float
     ),
-    _var("MAX_THINKING_TOKENS", "", "budget", "the law's upper bound on thinking tokens", int),
+    Var("MAX_THINKING_TOKENS", "", "budget", "the law's upper bound on thinking tokens", int),
     # The gateway
-    _var("GATEWAY_PORT", "8000", "gateway", "HTTP / WebSocket / OpenAI API port", int),
-    _var("GATEWAY_HOST", "0.0.0.0", "gateway", "address the gateway binds"),
-    _var(
-        "API_KEYS", "", "gateway", "key:tenant,...; empty: no auth, tenant `default`", secret=True
-    ),
-    _var("API_KEYS_REDIS", "0", "gateway", "also accept keys from Redis ({prefix}apikeys)", _bool),
-    _var("KEY_CACHE_TTL_S", "5.0", "gateway", "Redis-held keys are cached this long", float),
-    _var(
+    Var("GATEWAY_PORT", "8000", "gateway", "HTTP / WebSocket / OpenAI API port", int),
+    Var("GATEWAY_HOST", "0.0.0.0", "gateway", "address the gateway binds"),
+    Var("API_KEYS", "", "gateway", "key:tenant,...; empty: no auth, tenant `default`", secret=True),
+    Var("API_KEYS_REDIS", "0", "gateway", "also accept keys from Redis ({prefix}apikeys)", _bool),
+    Var("KEY_CACHE_TTL_S", "5.0", "gateway", "Redis-held keys are cached this long", float),
+    Var(
         "TENANT_MAX_INFLIGHT", "0", "gateway", "jobs without a Result per tenant; 0: no limit", int
     ),
-    _var("TENANT_RATE", "0", "gateway", "jobs/s per tenant; 0: no limit", float),
-    _var("TENANT_BURST", "", "gateway", "burst of TENANT_RATE; empty: the rate rounded up", int),
-    _var("TENANT_RATES", "", "gateway", "per-tenant rates: tenant:rate[/burst],..."),
-    _var("WS_MAX_QUEUE", "1000", "gateway", "events a WebSocket may fall behind", int),
-    _var("WS_DEFLATE", "0", "gateway", "permessage-deflate on WebSockets", _bool),
+    Var("TENANT_RATE", "0", "gateway", "jobs/s per tenant; 0: no limit", float),
+    Var("TENANT_BURST", "", "gateway", "burst of TENANT_RATE; empty: the rate rounded up", int),
+    Var("TENANT_RATES", "", "gateway", "per-tenant rates: tenant:rate[/burst],..."),
+    Var("WS_MAX_QUEUE", "1000", "gateway", "events a WebSocket may fall behind", int),
+    Var("WS_DEFLATE", "0", "gateway", "permessage-deflate on WebSockets", _bool),
     # Clients (`stepwise stream`)
-    _var(
+    Var(
         "GATEWAY_URL",
         "",
         "client",
         "the gateway for `stepwise stream`; empty: 127.0.0.1:GATEWAY_PORT",
     ),
-    _var("API_KEY", "", "client", "the key `stepwise stream` sends", secret=True),
+    Var("API_KEY", "", "client", "the key `stepwise stream` sends", secret=True),
 )
 BY_NAME = {v.name: v for v in VARS}
 # Read by the set-up scripts and the test suite, not by the pipeline: known, so not reported.
@@ -215,6 +206,9 @@ ELSEWHERE = {
     "VLLM_VENV": "scripts/setup.sh: where the vLLM venv goes",
     "TORCH_VERSION": "scripts/setup.sh: the torch pinned",
 }
+
+
+KNOWN = frozenset(BY_NAME) | frozenset(ELSEWHERE)
 
 
 class Settings:
@@ -240,9 +234,7 @@ class Settings:
             else:
                 values[var.name] = var.parse(var.default) if var.default else None
                 sources[var.name] = "default"
-        unknown = [
-            k for k in env if k.startswith(PREFIX) and k[len(PREFIX) :] not in BY_NAME | ELSEWHERE
-        ]
+        unknown = [k for k in env if k.startswith(PREFIX) and k[len(PREFIX) :] not in KNOWN]
         return cls(values, sources, sorted(unknown))
 
     def __getitem__(self, name: str) -> object:
@@ -251,25 +243,13 @@ class Settings:
     def source(self, name: str) -> str:
         return self._sources[name]
 
-    def replaced(self, **values: object) -> Settings:
-        """A copy with some values set (source `override`): tests, benches."""
-        sources = self._sources | dict.fromkeys(values, "override")
-        return Settings(self._values | values, sources, self.unknown)
-
     # -- the concern configs ------------------------------------------------------------
     def pipeline(self, **overrides: object) -> PipelineConfig:
-        fields = {
-            "kafka": "KAFKA", "redis": "REDIS", "topic_prefix": "TOPIC_PREFIX",
-            "model": "MODEL", "reasoning_format": "REASONING_FORMAT", "dtype": "DTYPE",
-            "worker_id": "WORKER_ID", "kv_transport": "KV_TRANSPORT",
-            "export_pool_mb": "EXPORT_POOL_MB", "kv_lease_ms": "KV_LEASE_MS",
-            "max_decode_seqs": "MAX_DECODE_SEQS", "max_prefill_batch": "MAX_PREFILL_BATCH",
-            "verdict_timeout_s": "VERDICT_TIMEOUT_S", "max_retries": "MAX_RETRIES",
-            "max_backtracks": "MAX_BACKTRACKS", "engine": "ENGINE", "vllm_url": "VLLM_URL",
-            "decode_core": "DECODE_CORE",
-        }  # fmt: skip
+        # Each PipelineConfig field that has a setting of its name (kafka: STEPWISE_KAFKA).
         values = {
-            f: self._values[n] if self._values[n] is not None else "" for f, n in fields.items()
+            f.name: "" if self._values[f.name.upper()] is None else self._values[f.name.upper()]
+            for f in dataclasses.fields(PipelineConfig)
+            if f.name.upper() in BY_NAME
         }
         return PipelineConfig(**(values | overrides))  # type: ignore[arg-type]
 

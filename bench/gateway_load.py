@@ -349,8 +349,8 @@ def main() -> int:
     args = ap.parse_args()
 
     from pipeline import settings
-    from pipeline.services import free_port
-    from pipeline.stack import Stack
+    from pipeline.local.services import free_port
+    from pipeline.local.stack import Stack
 
     for name in ("STEPWISE_KAFKA", "STEPWISE_REDIS"):
         os.environ.pop(name, None)  # fresh embedded services

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline import schema, settings  # noqa: E402
 from pipeline.client import StepwiseClient  # noqa: E402
-from pipeline.stack import WORKERS, Stack  # noqa: E402
+from pipeline.local.stack import WORKERS, Stack  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 

@@ -41,14 +41,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline import gcstats, schema, services, settings  # noqa: E402
+from pipeline import schema, settings  # noqa: E402
+from pipeline.local import services  # noqa: E402
+from pipeline.telemetry import gcstats  # noqa: E402
 from pipeline.bus import BusConfig  # noqa: E402
 from pipeline.client import StepwiseClient  # noqa: E402
 from pipeline.config import EngineConfig  # noqa: E402
 from pipeline.engine import Engine, Request, SamplingParams  # noqa: E402
 from pipeline.engine.prepare import resolve_model  # noqa: E402
 from pipeline.evals.tasks import load_problems  # noqa: E402
-from pipeline.stack import WORKERS, Stack  # noqa: E402
+from pipeline.local.stack import WORKERS, Stack  # noqa: E402
 
 MAX_TOKENS = 256
 
@@ -80,7 +82,7 @@ def engine_only(model: str, problems, threads: int, order: list[int] | None = No
     engine = Engine(EngineConfig(model=str(resolve_model(model)), dtype="float32"))
     engine.generate(["Q: 1 + 1\n"], SamplingParams(temperature=0, max_tokens=8))  # warm-up
     # As every worker does after its setup: what start-up made is out of the collector's
-    # sight, so neither side pays a full collection over the model (pipeline/gcstats.py).
+    # sight, so neither side pays a full collection over the model (pipeline/telemetry/gcstats.py).
     gcstats.freeze()
     gc_stats = gcstats.GCStats().install()
     before = engine.stats.as_dict()
@@ -213,7 +215,7 @@ async def pipeline_run(
 async def hop_latency(kafka: str, n: int) -> dict:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-    from pipeline.services import create_topics
+    from pipeline.local.services import create_topics
 
     topic = f"bench-hop-{uuid.uuid4().hex[:6]}"
     await create_topics(kafka, [topic], 1)

@@ -27,11 +27,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline import schema, settings  # noqa: E402
 from pipeline.client import StepwiseClient  # noqa: E402
-from pipeline.demo import problem_job  # noqa: E402
 from pipeline.evals import answers_match  # noqa: E402
 from pipeline.evals.runner import PLAIN_INSTRUCTION  # noqa: E402
 from pipeline.evals.tasks import load_problems  # noqa: E402
-from pipeline.stack import Stack  # noqa: E402
+from pipeline.local.demo import problem_job  # noqa: E402
+from pipeline.local.stack import Stack  # noqa: E402
 
 
 def jobs_for(problems, verify: str, seed: int, max_tokens: int) -> list[schema.Job]:

@@ -69,7 +69,7 @@ def arrivals(rate: float, phase_s: float, seed: int) -> list[float]:
 
 def make_job(p, i: int, args, instruction: str | None):
     from pipeline import schema
-    from pipeline.demo import problem_job
+    from pipeline.local.demo import problem_job
 
     params = schema.JobParams(seed=i, stream="none", temperature=args.temperature)
     job = problem_job(p, f"slo-{uuid.uuid4().hex[:8]}-{i}", params, instruction)
@@ -168,7 +168,7 @@ def goodput(table: list[dict]) -> dict | None:
 
 def run_stack(mode: str, args, problems, phases, instruction) -> list[dict]:
     from pipeline import settings
-    from pipeline.stack import Stack
+    from pipeline.local.stack import Stack
 
     workers = ("ingest", "prefill", "decode", "verify")
     if mode == "controller":

@@ -96,7 +96,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
-    from pipeline.services import EmbeddedRedis
+    from pipeline.local.services import EmbeddedRedis
 
     checks = inputs(args.n, args.seed)
     embedded = None

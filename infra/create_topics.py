@@ -11,7 +11,7 @@ import os
 import sys
 import time
 
-from pipeline.services import create_topics
+from pipeline.local.services import create_topics
 from pipeline.topics import DEFAULT_PREFIX, Topics
 
 

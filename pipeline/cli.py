@@ -64,7 +64,7 @@ def _engine_from_args(args: argparse.Namespace):
 def cmd_generate(args: argparse.Namespace) -> int:
     from pipeline.engine import Request
     from pipeline.engine.tokenizer import IncrementalDetokenizer
-    from pipeline.stage_params import sampling_params
+    from pipeline.stage.sampling import sampling_params
 
     engine = _engine_from_args(args)
     if engine.tokenizer is None:
@@ -109,7 +109,7 @@ WORKER_CLASSES = {
     "ingest": "pipeline.ingest.worker:IngestWorker",
     "prefill": "pipeline.prefill.worker:PrefillWorker",
     "decode": "pipeline.decode.worker:DecodeWorker",
-    "budget": "pipeline.budget_service:BudgetWorker",
+    "budget": "pipeline.budget.worker:BudgetWorker",
 }
 
 
@@ -153,7 +153,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     import signal as _signal
 
     from pipeline import settings
-    from pipeline.stack import Stack
+    from pipeline.local.stack import Stack
 
     stack = Stack(settings.current().pipeline(), log_dir=args.log_dir)
     print("starting services and workers ...", flush=True)
@@ -228,13 +228,13 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_stream(args: argparse.Namespace) -> int:
-    from pipeline import stream_view
+    from pipeline.client import stream_view
 
     return stream_view.run(args)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from pipeline import demo
+    from pipeline.local import demo
 
     return demo.main(args.n, args.seed, args.model, args.reasoning_format)
 
@@ -360,7 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
         "budget used and the stop reason. A dropped connection resumes from the last event. "
         "Exit status: 0 for an ok Result, 1 otherwise, 2 when the gateway cannot be used.",
     )
-    from pipeline import stream_view
+    from pipeline.client import stream_view
 
     stream_view.add_arguments(st)
     st.set_defaults(func=cmd_stream)

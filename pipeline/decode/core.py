@@ -22,7 +22,7 @@ class JobRun:
     problem: str  # the user's question, for the verifier (its equations are premises)
     reply_stream: str  # where this worker reads verdicts
     started_ms: int
-    step_key: str | None = None  # step-cache key of a reproducible job (pipeline/cache.py)
+    step_key: str | None = None  # step-cache key of a reproducible job (pipeline/cache/)
     next_event: int = 1  # seq 0 is ingest's "accepted"
     emitted_tokens: int = 0  # output tokens already streamed as token events
     token_text: str = ""  # decoded text of the streamed tokens (for token deltas)

@@ -27,8 +27,8 @@ from pipeline.decode import core_process
 from pipeline.decode.core_loop import serve
 from pipeline.decode.engine_core import DecodeCore
 from pipeline.decode.messages import Inward, Ready, Tick
-from pipeline.engine_worker import EngineStageWorker
 from pipeline.errors import StepwiseError
+from pipeline.stage.engine_worker import EngineStageWorker
 
 log = logging.getLogger(__name__)
 

@@ -19,13 +19,15 @@ from multiprocessing.connection import Connection
 
 import msgspec
 
-from pipeline import gcstats, services, settings
+from pipeline import settings
 from pipeline.config import PipelineConfig
 from pipeline.decode.core_loop import serve
 from pipeline.decode.engine_core import DecodeCore
 from pipeline.decode.messages import Inward, Ready, Tick
 from pipeline.engine.backend import make_engine
-from pipeline.engine_worker import engine_config, log_engine_stats
+from pipeline.local import services
+from pipeline.stage.engine_worker import engine_config, log_engine_stats
+from pipeline.telemetry import gcstats
 
 log = logging.getLogger(__name__)
 LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"  # the CLI's

@@ -28,11 +28,11 @@ from pipeline.engine import KVBlocks, KVExport, Request
 from pipeline.engine.backend import StepEngine
 from pipeline.engine.sequence import SequenceStatus
 from pipeline.errors import StepwiseError
-from pipeline.stage_params import sampling_params
+from pipeline.stage.sampling import sampling_params
+from pipeline.stage.worker import now_ms
 from pipeline.transfer import KVHandle, TransferExpiredError, get_transport
 from pipeline.transfer.base import dtype_itemsize, torch_dtype
 from pipeline.transfer.shm_pool import PoolReader, segment_of
-from pipeline.worker import now_ms
 
 log = logging.getLogger(__name__)
 

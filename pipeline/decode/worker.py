@@ -26,7 +26,7 @@ from pipeline.bus import Ack
 from pipeline.cache import Cache, CacheConfig, Scope
 from pipeline.decode.core_client import CoreClient, make_core
 from pipeline.decode.messages import Inward, Tick
-from pipeline.engine_worker import EngineStageWorker
+from pipeline.stage.engine_worker import EngineStageWorker
 from pipeline.verify import tasks
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 A reproducible job (greedy, or seeded by its sender) whose answer is cached for its tenant gets
 the cached Result at once (status `cached`) and never reaches the model; otherwise its cache
-key rides along so decode can store the answer (pipeline/cache.py, docs/cache.md)."""
+key rides along so decode can store the answer (pipeline/cache/, docs/cache.md)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from pipeline.engine.model_config import ModelConfig
 from pipeline.engine.prepare import resolve_model
 from pipeline.engine.tokenizer import Tokenizer
 from pipeline.ingest.core import IngestCore, job_seed
-from pipeline.jobstate import Admission
-from pipeline.worker import StageWorker, now_ms
+from pipeline.stage.jobstate import Admission
+from pipeline.stage.worker import StageWorker, now_ms
 
 
 class IngestWorker(StageWorker):

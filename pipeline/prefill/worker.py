@@ -27,10 +27,10 @@ from pipeline.bus import Ack
 from pipeline.cache import Cache, CacheConfig, partitions_key, prefix_hashes
 from pipeline.engine import Request
 from pipeline.engine.sequence import Sequence
-from pipeline.engine_worker import EngineStageWorker
 from pipeline.errors import StepwiseError
 from pipeline.prefill.export import make_exporter
-from pipeline.stage_params import sampling_params
+from pipeline.stage.engine_worker import EngineStageWorker
+from pipeline.stage.sampling import sampling_params
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,8 @@ import pytest
 import pytest_asyncio
 import redis
 
-from pipeline import schema, services
+from pipeline import schema
+from pipeline.local import services
 from pipeline.topics import STAGES, Topics
 from pipeline.verify import tasks
 from tests.service_plan import containers, session_plan

@@ -12,7 +12,7 @@ import pytest
 import redis.asyncio
 
 from pipeline import budget, schema
-from pipeline.budget_service import BudgetWorker
+from pipeline.budget.worker import BudgetWorker
 from pipeline.config import PipelineConfig
 from tests.integration.pipeline_helpers import run_jobs, running_stack, stack_config
 

@@ -10,8 +10,7 @@ import time
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from pipeline import bus
-from pipeline.bus import BusConfig, ConsumeLoop, Producer
+from pipeline.bus import BusConfig, ConsumeLoop, Producer, consume
 from pipeline.topics import Topics
 
 pytestmark = pytest.mark.timeout(90)
@@ -51,7 +50,7 @@ def make_loop(
 async def test_a_paused_loop_resumes_on_wake(
     kafka_bootstrap: str, topics: Topics, group_options: dict, monkeypatch
 ) -> None:
-    monkeypatch.setattr(bus, "PAUSED_CHECK_S", FALLBACK_S)
+    monkeypatch.setattr(consume, "PAUSED_CHECK_S", FALLBACK_S)
     handled: list[bytes] = []
     paused = [False]
     loop = make_loop(kafka_bootstrap, topics.jobs, group_options, handled, paused)

@@ -17,8 +17,9 @@ import uuid
 
 import pytest
 
-from pipeline import schema, services
+from pipeline import schema
 from pipeline.client import StepwiseClient
+from pipeline.local import services
 from tests.integration.pipeline_helpers import count_results
 
 pytestmark = pytest.mark.slow

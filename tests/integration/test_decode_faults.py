@@ -12,7 +12,7 @@ import pytest
 
 from pipeline import schema
 from pipeline.decode.driver import ReasoningDriver
-from pipeline.jobstate import JobState
+from pipeline.stage.jobstate import JobState
 from tests.integration.pipeline_helpers import count_results, run_jobs, running_stack, stack_config
 
 pytestmark = pytest.mark.slow

@@ -20,12 +20,12 @@ import pytest_asyncio
 import redis.asyncio
 import websockets
 
-from pipeline import services
 from pipeline.client import current_chain
 from pipeline.gateway import stream
 from pipeline.gateway.auth import redis_keys_name
 from pipeline.gateway.limits import RateLimit
 from pipeline.gateway.settings import GatewayConfig
+from pipeline.local import services
 from pipeline.schema import Event
 from pipeline.topics import STAGES, Topics
 from tests.integration.browser import Browser

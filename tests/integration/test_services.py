@@ -13,7 +13,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from pipeline import services
+from pipeline.local import services
 from pipeline.topics import Topics
 
 pytestmark = pytest.mark.timeout(60)

@@ -14,7 +14,7 @@ import pytest
 
 from pipeline import schema, settings
 from pipeline.client import StepwiseClient
-from pipeline.stack import Stack
+from pipeline.local.stack import Stack
 
 pytestmark = pytest.mark.slow
 

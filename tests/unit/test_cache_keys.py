@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline import cache as c
+from pipeline.cache import keys
 from pipeline import schema
 
 
@@ -170,7 +171,7 @@ def test_redis_keys_are_bounded_versioned_and_tenant_specific():
 
 def test_key_version_is_hashed_in(monkeypatch):
     before = c.answer_key(job(prompt="p"), "m")
-    monkeypatch.setattr(c, "KEY_VERSION", c.KEY_VERSION + 1)
+    monkeypatch.setattr(keys, "KEY_VERSION", c.KEY_VERSION + 1)  # where digest() reads it
     assert c.answer_key(job(prompt="p"), "m") != before
 
 

@@ -4,10 +4,10 @@ answer as the model's format states it; the first job streams tokens (shown live
 from __future__ import annotations
 
 from pipeline import schema
-from pipeline.demo import demo_jobs
 from pipeline.evals.runner import BOXED_INSTRUCTION, answer_instruction
 from pipeline.evals.tasks import load_problems
 from pipeline.formats import get_format
+from pipeline.local.demo import demo_jobs
 
 
 def test_chat_models_get_messages_with_the_formats_instruction():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pipeline.bus import BusConfig, pacer_for
-from pipeline.fetch_pacing import FetchPacer
+from pipeline.bus.fetch_pacing import FetchPacer
 
 
 def test_busy_until_idle_after_then_idle_until_a_record():

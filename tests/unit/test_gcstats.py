@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gc
 
-from pipeline import gcstats
+from pipeline.telemetry import gcstats
 
 
 def test_gc_stats_count_each_generation() -> None:

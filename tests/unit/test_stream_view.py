@@ -14,7 +14,7 @@ from rich.console import Console
 
 from pipeline import schema
 from pipeline.client import GatewayClient, GatewayStreamError, stream_url
-from pipeline.stream_view import StreamView, add_arguments, job_from_args
+from pipeline.client.stream_view import StreamView, add_arguments, job_from_args
 
 J = "cli-0123456789ab"
 
@@ -157,7 +157,7 @@ async def test_client_raises_the_gateways_refusal():
 
 
 def test_claims_are_marked_inside_the_prose_by_their_spans():
-    from pipeline.stream_view import marked
+    from pipeline.client.stream_view import marked
 
     step = "\n\nSo $14 \\times 2 = 27$, and then 27 + 1 = 28.  "
     a = step.index("14 \\times 2 = 27")

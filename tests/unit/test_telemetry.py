@@ -296,7 +296,7 @@ def test_pool_child_serves_on_base_port_plus_its_index(monkeypatch):
     ports = []
     monkeypatch.setattr(billiard.process, "current_process", lambda: SimpleNamespace(index=2))
     monkeypatch.setattr(
-        telemetry, "start_metrics_server", lambda port, addr: ports.append(port) or port
+        telemetry.serve, "start_metrics_server", lambda port, addr: ports.append(port) or port
     )
     monkeypatch.setenv(telemetry.METRICS_PORT_ENV, "9110")
     telemetry.serve_pool_child_metrics(sender=None)

@@ -21,7 +21,7 @@ CASES = {
         "path = resolve_model('tiny-reasoner')\n"
         "ModelConfig.from_dir(path); Tokenizer(path).encode('Q: 1 + 1')\n"  # what setup() loads
     ),
-    "budget": "import pipeline.budget_service\n",
+    "budget": "import pipeline.budget.worker\n",
     "gateway": "from pipeline.gateway.app import create_app\nimport pipeline.gateway.main\n",
     "verify": "from pipeline.verify import tasks\n",
 }

@@ -11,7 +11,7 @@ import warnings
 import pytest
 
 from pipeline import budget
-from pipeline.budget_service import BudgetWorker
+from pipeline.budget.worker import BudgetWorker
 from pipeline.config import PipelineConfig
 
 

@@ -9,7 +9,7 @@ import statistics
 import pytest
 
 from pipeline.budget import SloClassConfig
-from pipeline.budget_sim import SimConfig, make_jobs, run_fixed, simulate
+from pipeline.budget.sim import SimConfig, make_jobs, run_fixed, simulate
 
 CFG = SloClassConfig()  # interactive: SLO p95 2 s, 32..512 thinking tokens, period 2 s
 SIM = SimConfig(bucket_s=5.0)  # capacity at the max budget: ~64 jobs/s (see docs/budget.md)

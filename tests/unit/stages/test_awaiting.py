@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from pipeline.worker import awaiting
+from pipeline.stage.worker import awaiting
 
 
 async def _inner(event: asyncio.Event) -> None:

@@ -1,7 +1,7 @@
 """`stepwise worker budget`: Results (and queue lag) -> the control law -> live limits in Redis.
 
 Every Result's end-to-end latency goes into its SLO class's sliding window; every control
-period the law (pipeline/budget.py) turns the window's p95 and the pipeline's queue lag into
+period the law (pipeline/budget/) turns the window's p95 and the pipeline's queue lag into
 limits, published to Redis with a version. Ingest stamps them on admission; decode re-reads
 them at every step boundary, so jobs already running are tightened too. The lag comes from the
 stage workers, which publish theirs to Redis every second (`lag_key`).
@@ -20,7 +20,7 @@ from aiokafka import ConsumerRecord
 from pipeline import budget, schema, settings, telemetry
 from pipeline.bus import Ack
 from pipeline.config import PipelineConfig
-from pipeline.worker import StageWorker
+from pipeline.stage.worker import StageWorker
 
 log = logging.getLogger(__name__)
 

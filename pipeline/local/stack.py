@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pipeline import settings
 from pipeline.config import PipelineConfig
-from pipeline.services import LocalServices, child_setup, create_topics
+from pipeline.local.services import LocalServices, child_setup, create_topics
 from pipeline.topics import Topics
 
 WORKERS = ("ingest", "prefill", "decode", "verify", "budget", "gateway")

@@ -1,5 +1,5 @@
 """The shell of the stages that own an engine (prefill, decode): a StageWorker whose engine
-runs on a thread of its own. Kept apart from pipeline/worker.py so that importing the shared
+runs on a thread of its own. Kept apart from pipeline/stage/worker.py so that importing the shared
 shell never loads torch."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pipeline.config import EngineConfig, PipelineConfig
 from pipeline.engine.backend import StepEngine, make_engine
 from pipeline.engine.outputs import KVStorage
 from pipeline.engine.prepare import resolve_model
-from pipeline.worker import StageWorker
+from pipeline.stage.worker import StageWorker
 
 log = logging.getLogger(__name__)
 

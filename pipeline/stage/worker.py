@@ -1,9 +1,9 @@
 """The shell every stage worker shares: Kafka in and out, Redis, dead letters, drain on SIGTERM.
 
 No engine here (the stages that own one, prefill and decode, build on
-pipeline/engine_worker.py), so the control plane (ingest, budget) starts without torch.
+pipeline/stage/engine_worker.py), so the control plane (ingest, budget) starts without torch.
 A stage subclasses `StageWorker`, says which topic it reads (`input_stage`), and implements
-`handle(record, ack)`; the base owns the consume loop (pipeline/bus.py), the producer, the
+`handle(record, ack)`; the base owns the consume loop (pipeline/bus/), the producer, the
 Redis client, the dead-letter path, and the shutdown order: stop fetching, let in-flight work
 finish (or hand it back by not committing it), commit, close.
 """
@@ -23,12 +23,14 @@ from abc import ABC, abstractmethod
 from aiokafka import ConsumerRecord
 from redis.asyncio import Redis
 
-from pipeline import gcstats, schema, services, settings, telemetry
+from pipeline import schema, settings, telemetry
 from pipeline.budget import SLO_CLASSES, BudgetReader
 from pipeline.bus import Ack, BusConfig, ConsumeLoop, Producer, retry_transient
 from pipeline.config import PipelineConfig
 from pipeline.errors import StepwiseError
-from pipeline.jobstate import JobState
+from pipeline.local import services
+from pipeline.stage.jobstate import JobState
+from pipeline.telemetry import gcstats
 from pipeline.topics import Topics
 
 log = logging.getLogger(__name__)

@@ -53,7 +53,7 @@ async def stream_one(client: StepwiseClient, job: schema.Job, title: str) -> sch
     from rich.console import Console
     from rich.live import Live
 
-    from pipeline.stream_view import StreamView
+    from pipeline.client.stream_view import StreamView
 
     view = StreamView(title)
     result = None
@@ -144,7 +144,7 @@ def main(n: int, seed: int, model: str, reasoning_format: str | None = None) -> 
 
     from pipeline.engine.prepare import resolve_model
     from pipeline.formats import format_for
-    from pipeline.stack import Stack
+    from pipeline.local.stack import Stack
 
     current = settings.current()
     kafka, prefix = current["KAFKA"], current["TOPIC_PREFIX"]

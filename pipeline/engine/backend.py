@@ -1,7 +1,7 @@
 """The engine interface the stages and the reasoning driver use, and how to get one.
 
 Two engines implement it: the native `Engine` (pipeline/engine/engine.py) and `VLLMEngine`
-(pipeline/engine/vllm_backend.py, a vLLM OpenAI server behind the same calls). It is the
+(pipeline/vllm/backend.py, a vLLM OpenAI server behind the same calls). It is the
 subset of the native API that the decode and prefill stages, the reasoning driver and the
 eval runner call; sequences are the native `Sequence` either way.
 """
@@ -61,7 +61,7 @@ def make_engine(
 
         return Engine(config, kv_storage)
     if kind == "vllm":
-        from pipeline.engine.vllm_backend import VLLMEngine
+        from pipeline.vllm.backend import VLLMEngine
 
         return VLLMEngine(config, url=vllm_url)
     raise ValueError(f"unknown engine {kind!r}; use one of {ENGINES}")

@@ -10,12 +10,12 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Sequence as Seq
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from pipeline.config import EngineConfig
+from pipeline.engine.base import EngineBase, EngineStats
 from pipeline.engine.block_manager import BlockManager
 from pipeline.engine.kv_cache import KVCache
 from pipeline.engine.loader import load_model
@@ -38,28 +38,11 @@ from pipeline.errors import (
     InvalidRequestError,
     KVPoolExhaustedError,
     PromptTooLongError,
-    UnknownRequestError,
 )
 from pipeline.formats import format_for
 from pipeline.kernels.cpu_linear import prepack_linears
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-@dataclass(slots=True)
-class EngineStats:
-    num_steps: int = 0
-    step_s: float = 0.0  # wall time inside step(), cumulative
-    forward_s: float = 0.0  # of which: model forward + logits + sampling
-    # CPU time of the calling thread in those forwards: well below forward_s means the forward
-    # waited (for the GIL, or for a core other processes hold), not that it computed.
-    forward_cpu_s: float = 0.0
-    num_prefill_tokens: int = 0
-    num_decode_tokens: int = 0
-    num_generated_tokens: int = 0
-
-    def as_dict(self) -> dict[str, float]:
-        return {k: getattr(self, k) for k in self.__slots__}
 
 
 def resolve_device(name: str) -> torch.device:
@@ -74,7 +57,7 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return _DTYPES[name]
 
 
-class Engine:
+class Engine(EngineBase):
     """A continuous-batching engine over one model, driven one step at a time."""
 
     can_export_kv = True  # (the StepEngine interface, pipeline/engine/backend.py)
@@ -139,14 +122,6 @@ class Engine:
 
     # -- requests ---------------------------------------------------------------------------
 
-    def encode_prompt(self, prompt: str | list[dict[str, str]]) -> list[int]:
-        """Text -> token ids; a list of chat messages goes through the chat template."""
-        if self.tokenizer is None:
-            raise InvalidRequestError("this model has no tokenizer: send token ids")
-        if isinstance(prompt, str):
-            return self.tokenizer.encode(prompt)
-        return self.tokenizer.apply_chat_template(prompt)
-
     def _new_sequence(self, request: Request) -> Sequence:
         if request.request_id in self.seqs:
             raise InvalidRequestError(f"request {request.request_id!r} is already in the engine")
@@ -177,19 +152,6 @@ class Engine:
         self.seqs[seq.request_id] = seq
         self.scheduler.add(seq)
         return seq
-
-    def _get(self, request_id: str) -> Sequence:
-        seq = self.seqs.get(request_id)
-        if seq is None:
-            raise UnknownRequestError(f"no unfinished request {request_id!r} in this engine")
-        return seq
-
-    @property
-    def num_unfinished(self) -> int:
-        return len(self.seqs)
-
-    def has_unfinished(self) -> bool:
-        return bool(self.seqs)
 
     @property
     def has_schedulable(self) -> bool:
@@ -427,31 +389,3 @@ class Engine:
             if bar is not None:
                 bar.close()
         return [self.request_output(s) for s in seqs]
-
-    def add_prompts(
-        self,
-        prompts: Seq[str] | Seq[list[int]],
-        params: SamplingParams | Seq[SamplingParams] | None = None,
-    ) -> list[Sequence]:
-        """Queue prompts (text or token ids), one set of params for all or one each."""
-        if params is None or isinstance(params, SamplingParams):
-            params = [params or SamplingParams()] * len(prompts)
-        if len(params) != len(prompts):
-            raise InvalidRequestError("prompts and params differ in length")
-        seqs = []
-        for i, (prompt, p) in enumerate(zip(prompts, params, strict=True)):
-            ids = self.encode_prompt(prompt) if isinstance(prompt, str) else list(prompt)
-            seqs.append(self.add(Request(f"generate-{self._arrivals}-{i}", ids, p)))
-        return seqs
-
-    def request_output(self, seq: Sequence) -> RequestOutput:
-        out_ids = seq.output_token_ids
-        text = self.tokenizer.decode(out_ids) if self.tokenizer is not None else ""
-        return RequestOutput(
-            seq.request_id,
-            seq.token_ids[: seq.num_prompt_tokens],
-            out_ids,
-            text,
-            seq.finish_reason,
-            [e - seq.num_prompt_tokens for e in seq.step_ends],
-        )

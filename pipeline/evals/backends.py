@@ -21,7 +21,7 @@ class Backend(Protocol):
 
 
 class EngineBackend:
-    """A step engine (native, or vLLM through pipeline/engine/vllm_backend.py), driven directly
+    """A step engine (native, or vLLM through pipeline/vllm/backend.py), driven directly
     (no Kafka); one request per prompt, seeded each."""
 
     def __init__(

@@ -78,7 +78,7 @@ class Stack:
     def start_vllm(self) -> None:
         """One vLLM server for the stack (prefill warms its prefix cache, decode hits it)."""
         from pipeline.engine.prepare import resolve_model
-        from pipeline.engine.vllm_server import VLLMServer, VLLMServerConfig
+        from pipeline.vllm.server import VLLMServer, VLLMServerConfig
 
         dtype = "float32" if self.config.dtype == "auto" else self.config.dtype
         log = self.log_dir / "vllm.log" if self.log_dir else None

@@ -18,9 +18,9 @@ from pipeline.client import current_chain
 from pipeline.config import EngineConfig
 from pipeline.engine import SamplingParams
 from pipeline.engine.prepare import resolve_model
-from pipeline.engine.vllm_backend import VLLMEngine
-from pipeline.engine.vllm_server import VLLMServer, VLLMServerConfig, vllm_installed
 from pipeline.verify.checker import check_step
+from pipeline.vllm.backend import VLLMEngine
+from pipeline.vllm.server import VLLMServer, VLLMServerConfig, vllm_installed
 from tests.integration.pipeline_helpers import run_jobs, running_stack, stack_config
 
 pytestmark = [

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from pipeline import cache as c
-from pipeline.cache import keys
 from pipeline import schema
+from pipeline.cache import keys
 
 
 class FakeClock:

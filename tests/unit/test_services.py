@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
-import shutil
 import socket
 import stat
 import struct

@@ -27,20 +27,20 @@ from collections.abc import Sequence as Seq
 from pathlib import Path
 
 from pipeline.config import EngineConfig
-from pipeline.engine.engine import Engine, EngineStats
+from pipeline.engine.base import EngineBase, EngineStats
 from pipeline.engine.model_config import ModelConfig
 from pipeline.engine.outputs import Request, RequestOutput, TokenOutput
 from pipeline.engine.sampling_params import SamplingParams
 from pipeline.engine.sequence import Sequence, SequenceStatus
 from pipeline.engine.tokenizer import StepBoundaryDetector, Tokenizer
-from pipeline.engine.vllm_server import (
+from pipeline.errors import InvalidRequestError, PromptTooLongError
+from pipeline.formats import format_for
+from pipeline.vllm.server import (
     CompletionStreams,
     VLLMServer,
     VLLMServerConfig,
     served_model,
 )
-from pipeline.errors import InvalidRequestError, PromptTooLongError
-from pipeline.formats import format_for
 
 log = logging.getLogger(__name__)
 _MASK63 = (1 << 63) - 1
@@ -55,18 +55,11 @@ def submission_seed(seed: int, num_tokens: int) -> int:
     return (x ^ (x >> 31)) & _MASK63
 
 
-class VLLMEngine:
+class VLLMEngine(EngineBase):
     """The Engine API (add / step / pause / resume / rollback / append_tokens / finish / abort)
     over a vLLM server. `url`: a running one; empty: start one and own it."""
 
     can_export_kv = False
-    # Sequence lookups and text in and out are the native engine's own (no KV involved).
-    encode_prompt = Engine.encode_prompt
-    _get = Engine._get
-    num_unfinished = Engine.num_unfinished
-    has_unfinished = Engine.has_unfinished
-    request_output = Engine.request_output
-    add_prompts = Engine.add_prompts
 
     def __init__(
         self,

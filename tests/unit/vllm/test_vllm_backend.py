@@ -13,8 +13,8 @@ from pipeline.config import EngineConfig
 from pipeline.engine import Request, SamplingParams
 from pipeline.engine.prepare import resolve_model
 from pipeline.engine.sequence import SequenceStatus
-from pipeline.engine.vllm_backend import VLLMEngine, submission_seed
-from pipeline.engine.vllm_server import Delta
+from pipeline.vllm.backend import VLLMEngine, submission_seed
+from pipeline.vllm.server import Delta
 
 
 class FakeStreams:

@@ -1,177 +1,327 @@
-"""Turning a decoding job into its Events, its verify requests and its one Result (plain logic)."""
+"""Decode's engine core: handoffs in, one engine step per tick, what to publish out.
+
+It owns the engine and every running job (vLLM V1's EngineCore plays the same part): it imports
+each handoff's KV (or prefills the prompt again when the buffer is gone), runs the step, applies
+the verdicts that arrived (a contradiction rolls the sequence back) and the live budgets, splices
+cached verified steps in, and returns a Tick: encoded events, finished Results, KV buffers to
+ack, steps to verify, steps to cache, and its telemetry. No broker, no acks, no event loop: the
+decode worker's I/O side does all of that, in another process (`core_process.py`) or on the
+event loop of the same one (`core_client.ThreadCore`).
+"""
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
+import logging
+import time
+
+import msgspec
+from redis import Redis as SyncRedis
 
 from pipeline import schema
-from pipeline.decode.driver import Outward, ReasoningDriver
-from pipeline.decode.reasoning import Check, Note
-from pipeline.engine.sequence import Sequence
-from pipeline.engine.tokenizer import Tokenizer
-from pipeline.formats import Split, StreamSplitter
+from pipeline.cache import CACHEABLE_VERDICTS, SCOPES, Cache, CacheConfig, Scope, step_key
+from pipeline.config import PipelineConfig
+from pipeline.decode.core import JobRun, finish, outward, token_events
+from pipeline.decode.driver import ReasoningDriver, reasoning_params
+from pipeline.decode.messages import Inward, StepPut, Tick, TickStats
+from pipeline.decode.reasoning import Note, ReasoningConfig
+from pipeline.engine import KVBlocks, KVExport, Request
+from pipeline.engine.backend import StepEngine
+from pipeline.engine.sequence import SequenceStatus
+from pipeline.errors import StepwiseError
+from pipeline.stage.sampling import sampling_params
+from pipeline.stage.worker import now_ms
+from pipeline.transfer import KVHandle, TransferExpiredError, get_transport
+from pipeline.transfer.base import dtype_itemsize, torch_dtype
+from pipeline.transfer.shm_pool import PoolReader, segment_of
+
+log = logging.getLogger(__name__)
 
 
-@dataclass(slots=True)
-class JobRun:
-    """One job being decoded: its handoff, its reasoning driver, what has been streamed."""
-
-    handoff: schema.Handoff
-    driver: ReasoningDriver
-    problem: str  # the user's question, for the verifier (its equations are premises)
-    reply_stream: str  # where this worker reads verdicts
-    started_ms: int
-    step_key: str | None = None  # step-cache key of a reproducible job (pipeline/cache/)
-    next_event: int = 1  # seq 0 is ingest's "accepted"
-    emitted_tokens: int = 0  # output tokens already streamed as token events
-    token_text: str = ""  # decoded text of the streamed tokens (for token deltas)
-    splitter: StreamSplitter | None = None  # the format's split of the streamed text
+class DecodeCore:
+    def __init__(self, engine: StepEngine, config: PipelineConfig, verdict_stream: str) -> None:
+        self.engine = engine
+        self.config = config
+        self.verdict_stream = verdict_stream  # where this worker's verdicts come back
+        # Decode reads whichever transport a handoff names (a prefill worker may be set up
+        # differently): the copying one of its config, and shared pools in place.
+        self.transport = get_transport(
+            "shm" if config.kv_transport == "shm_pool" else config.kv_transport
+        )
+        self.pool_reader = PoolReader()
+        self.cache = Cache(None, CacheConfig(key_prefix=config.topic_prefix))  # type: ignore[arg-type]
+        # Cached steps are looked up here, at step boundaries: a blocking GET with a short
+        # timeout (a slow Redis only means the step is generated instead).
+        self.redis = SyncRedis.from_url(config.redis, socket_timeout=0.05)
+        self.pending: list[schema.Handoff] = []  # to start in the next tick
+        self.verdicts: list[schema.VerdictMessage] = []
+        self.budgets: dict[str, schema.Budget] = {}
+        self.runs: dict[str, JobRun] = {}
+        self.num_reprefills = 0
+        self._stats = TickStats()
 
     @property
-    def seq(self) -> Sequence:
-        return self.driver.seq
+    def num_runs(self) -> int:
+        return len(self.runs)
 
-    def event(self, kind: str, ts_ms: int, **kw) -> schema.Event:
-        ev = schema.Event(id=self.handoff.id, seq=self.next_event, kind=kind, ts_ms=ts_ms, **kw)
-        self.next_event += 1
-        return ev
+    @property
+    def wants_tick(self) -> bool:
+        """Something to do now: jobs to start, verdicts to apply, or sequences to step."""
+        return bool(self.pending or self.verdicts or (self.runs and self.engine.has_schedulable))
 
+    def take(self, msg: Inward) -> None:
+        self.pending += msg.handoffs
+        self.verdicts += msg.verdicts
+        if msg.budgets is not None:
+            self.budgets = msg.budgets
 
-def token_events(run: JobRun, tokenizer: Tokenizer, now_ms: int) -> list[schema.Event]:
-    """Token events for the output not streamed yet (if the job streams tokens), split by the
-    model's format into the thinking (`channel` reasoning) and what follows it (content). The
-    format's splitter holds back a marker cut across tokens until it is whole."""
-    if run.handoff.params.stream != "tokens":
-        return []
-    out = run.seq.output_token_ids
-    text = tokenizer.decode(out)
-    if text == run.token_text or text.endswith("\ufffd"):  # nothing new, or a partial character
-        return []
-    fmt, prompt = run.driver.format, run.driver.prompt_text
-    if run.splitter is None:
-        run.splitter = fmt.splitter(prompt)
-    if not text.startswith(run.token_text):
-        # Rolled back under what was streamed (a backtrack, a forced answer, an early exit):
-        # go on from the part both share (deltas cannot be taken back; step and backtrack
-        # events say what was dropped), with the split's state at that point.
-        run.token_text = os.path.commonprefix([text, run.token_text])
-        run.splitter = fmt.splitter(prompt)
-        run.splitter.feed(run.token_text)
-    delta, run.token_text, run.emitted_tokens = text[len(run.token_text) :], text, len(out)
-    return channel_events(run, run.splitter.feed(delta), now_ms)
+    def close(self) -> None:
+        self.redis.close()
 
+    # -- one tick ---------------------------------------------------------------------------
 
-def channel_events(run: JobRun, parts: Split, now_ms: int) -> list[schema.Event]:
-    events = []
-    if parts.reasoning:
-        events.append(run.event("token", now_ms, text=parts.reasoning, channel="reasoning"))
-    if parts.content:
-        events.append(run.event("token", now_ms, text=parts.content, channel="content"))
-    return events
+    def tick(self) -> Tick:
+        engine, tok = self.engine, self.engine.tokenizer
+        out = Tick(stats=self._stats)
+        self._stats = TickStats()
+        events: list[schema.Event] = []
+        new, self.pending = self.pending, []
+        for h in new:
+            try:
+                run, kv_ack = self._start(h)
+            except Exception as e:  # this job cannot run here: it gets an error Result
+                log.exception("%s: cannot start", h.id)
+                out.results.append(error_result(h, e))
+                continue
+            self.runs[h.id] = run
+            if kv_ack:
+                out.kv_acks.append(kv_ack)
+        if engine.has_schedulable:
+            out.stats.generated_tokens += len(engine.step())
+        t, now_s = now_ms(), time.monotonic()
 
+        def emit(run: JobRun, outs) -> None:
+            evs, reqs = outward(run, outs, tok, t)
+            events.extend(evs)
+            out.checks.extend(reqs)
+            if run.step_key is not None:
+                out.puts.extend(verified_steps(run, outs))
 
-def outward(
-    run: JobRun, outs: list[Outward], tokenizer: Tokenizer, now_ms: int
-) -> tuple[list[schema.Event], list[schema.VerifyRequest]]:
-    """The events and verify requests for what the reasoning driver produced."""
-    h = run.handoff
-    events: list[schema.Event] = []
-    requests: list[schema.VerifyRequest] = []
-    for o in outs:
-        if isinstance(o, Check):
-            requests.append(
-                schema.VerifyRequest(
-                    id=h.id,
-                    key=o.key,
-                    step=o.step,
-                    text=o.text,
-                    problem=run.problem,
-                    premises=list(h.premises),
-                    accepted=list(o.accepted),
-                    reply_stream=run.reply_stream,
-                    sent_ms=now_ms,
-                )
-            )
-            continue
-        assert isinstance(o, Note)
-        if h.params.stream == "none":
-            continue
-        text = run.driver.format.strip_markers(o.text).strip()  # as shown; checked as written
-        if o.kind == "step":
-            events.append(run.event("step", now_ms, step=o.step, text=text))
-        else:
-            kw = {"step": o.step, "text": text, "verdict": o.verdict, "detail": o.detail}
-            events.append(run.event(o.kind, now_ms, claims=schema.claim_infos(o.claims), **kw))
-    return events, requests
+        verdicts, self.verdicts = self.verdicts, []
+        for v in verdicts:
+            run = self.runs.get(v.id)
+            if run is not None:  # else: a job that finished or moved on
+                try:
+                    outs = run.driver.verdict(
+                        v.key, v.verdict, v.detail or v.reason, now_s, v.claims
+                    )
+                    emit(run, outs)
+                except Exception:
+                    self._fail(run)
+        live_runs = []
+        for run in self.runs.values():
+            if not run.seq.is_finished:
+                try:
+                    # Live limits tighten jobs already running (checked at step boundaries).
+                    live = self.budgets.get(run.handoff.slo.class_)
+                    if live is not None:
+                        run.driver.reasoner.update_budget(live.max_thinking_tokens, live.max_steps)
+                    events.extend(token_events(run, tok, t))
+                    emit(run, run.driver.advance(now_s))
+                    live_runs.append(run)
+                except Exception:
+                    self._fail(run)
+        self._splice_cached([r for r in live_runs if not r.seq.is_finished], emit, now_s)
+        for job_id, run in list(self.runs.items()):
+            if run.seq.is_finished:
+                out.stats.step_tokens += [s.end - s.start for s in run.driver.reasoner.chain]
+                try:
+                    evs, result = finish(run, tok, t)
+                except Exception:
+                    log.exception("%s: cannot build its Result", job_id)
+                    err = StepwiseError("the decode worker could not build this job's Result")
+                    evs, result = [], error_result(run.handoff, err)
+                events.extend(evs)
+                out.results.append(result)
+                del self.runs[job_id]
+        # Encoded here: in a core process of its own, that work is off the I/O side's GIL.
+        out.events = [(e.id, schema.encode(e)) for e in events]
+        used, total = engine.kv_usage()
+        out.stats.kv_used, out.stats.kv_total = used, total
+        out.stats.num_runs, out.stats.num_reprefills = len(self.runs), self.num_reprefills
+        return out
 
+    # -- starting a job ---------------------------------------------------------------------
 
-def finish(
-    run: JobRun, tokenizer: Tokenizer, now_ms: int
-) -> tuple[list[schema.Event], schema.Result]:
-    """The closing events and the Result of a finished sequence."""
-    seq, h, r = run.seq, run.handoff, run.driver.reasoner
-    events = token_events(run, tokenizer, now_ms)
-    if run.splitter is not None:  # held back until now (a marker prefix, plain's last paragraph)
-        events += channel_events(run, run.splitter.flush(), now_ms)
-    events += outward(run, run.driver.flush(), tokenizer, now_ms)[0]
-    text = tokenizer.decode(seq.output_token_ids)
-    fmt, prompt = run.driver.format, run.driver.prompt_text
-    answer = None if r.gave_up else fmt.find_answer(text, prompt)
-    parts = fmt.split(text, prompt)
-    stop = r.result_stop_reason(seq.finish_reason)
-    # The engine gave up on the sequence (vLLM: the server failed its step): not an answer.
-    failed = seq.finish_reason == "error"
-    if failed:
-        answer, stop = None, "error"
-    verification = schema.VerificationReport(**r.coverage())
-    events.append(
-        run.event("final", now_ms, text=answer or "", detail=stop, verification=verification)
-    )
-    start = h.created_ms or h.admitted_ms
-    result = schema.Result(
-        id=h.id,
-        status="error" if failed else "ok",
-        error=schema.ErrorInfo(
-            code="engine_error",
-            message="the engine failed this job's sequence (see the decode worker's log)",
+    def _start(self, h: schema.Handoff) -> tuple[JobRun, tuple[str, str] | None]:
+        engine, cfg = self.engine, self.config
+        # The thinking budget: the stamped one, or the job's own max_tokens / max_steps if
+        # tighter. Running out of it forces the answer; the engine's own limit sits above it,
+        # with room for the answer.
+        thinking = min(
+            h.budget.max_thinking_tokens,
+            h.params.max_tokens or schema.MAX_TOKENS,
+            h.params.thinking_budget or schema.MAX_TOKENS,
         )
-        if failed
-        else None,
-        tenant=h.tenant,
-        slo_class=h.slo.class_,
-        model=h.model,
-        answer=answer,
-        text=text,
-        reasoning=parts.reasoning,
-        content="" if r.gave_up else parts.content,  # gave up: no answer to show
-        steps=[step_record(s, fmt) for s in r.chain],
-        usage=schema.Usage(
-            prompt_tokens=seq.num_prompt_tokens,
-            completion_tokens=seq.num_output_tokens,
-            wasted_tokens=seq.num_discarded_tokens,
-            probe_tokens=r.num_probe_tokens,
-            steps=len(r.chain),
-            backtracks=r.num_backtracks,
-        ),
-        timings=schema.Timings(
-            queue_ms=max(0, h.admitted_ms - h.created_ms) if h.created_ms else None,
-            ttft_ms=max(0, run.started_ms - start),
-            e2e_ms=max(0, now_ms - start),
-            stages={"prefill": h.prefill_ms, "decode": max(0, now_ms - run.started_ms)},
-        ),
-        budget=schema.BudgetReport(
-            limit=r.max_thinking_tokens or seq.params.max_tokens,
-            used=run.driver.tokens_spent(),
-            stop_reason=stop,  # type: ignore[arg-type]
-        ),
-        verification=verification,
-        ts_ms=now_ms,
-    )
-    return events, result
+        steps = min(h.budget.max_steps, h.params.max_steps or schema.MAX_STEPS)
+        reasoning = ReasoningConfig(
+            verify=h.params.verify,
+            max_retries=cfg.max_retries,
+            max_backtracks=cfg.max_backtracks,
+            verdict_timeout_s=cfg.verdict_timeout_s,
+            max_thinking_tokens=thinking,
+            max_steps=steps,
+            early_exit=h.params.early_exit,
+            probe_every=h.budget.probe_effort,
+            format=engine.reasoning_format,
+        )
+        limit = thinking + reasoning.answer_tokens + 32  # (room for the forcing text too)
+        limit = max(1, min(limit, engine.max_model_len - len(h.token_ids)))
+        params = reasoning_params(
+            sampling_params(h.params, seed=h.seed, max_tokens=limit), h.params.verify
+        )
+        kv_ack = None
+        seq = None
+        if h.kv is not None and engine.can_export_kv:
+            try:
+                seq, kv_ack = self._import(h, params), (h.kv.owner, h.kv.handle)
+            except (TransferExpiredError, StepwiseError) as e:
+                log.info("%s: KV import failed (%s); prefilling again", h.id, e)
+        if seq is None:
+            self.num_reprefills += 1
+            seq = engine.add(Request(h.id, list(h.token_ids), params))
+        driver = ReasoningDriver(engine, seq, reasoning)
+        # The user's question, never the rendered template (older producers: the prompt).
+        problem = h.problem or engine.tokenizer.decode(h.token_ids)
+        run = JobRun(h, driver, problem, self.verdict_stream, now_ms())
+        # Steps enter the step cache only with a verdict, under a key that holds the verify
+        # mode: a job that verifies nothing can find none, so it never asks.
+        if h.cache_key is not None and h.params.verify != "off":  # ingest: reproducible
+            run.step_key = step_key(h.model, h.token_ids, h.premises, h.params)
+        return run, kv_ack
+
+    def _import(self, h: schema.Handoff, params):
+        d = h.kv
+        assert d is not None
+        if d.transport == "shm_pool":
+            return self._import_blocks(h, d, params)
+        # The buffer holds whole blocks of the exporter's size: its token count follows from
+        # its bytes; the first d.num_tokens of them are the sequence's.
+        per_token = d.num_layers * 2 * d.num_kv_heads * d.head_dim * dtype_itemsize(d.dtype)
+        shape = (d.num_layers, 2, d.num_kv_heads, d.nbytes // per_token, d.head_dim)
+        handle = KVHandle(d.transport, d.handle, shape, d.dtype, d.nbytes, d.owner, d.expires_ms)
+        with self.transport.attach(handle) as buf:
+            export = KVExport(
+                h.id, [*h.token_ids, h.first_token], len(h.token_ids),
+                buf[:, :, :, : d.num_tokens], h.seed,
+            )  # fmt: skip
+            return self.engine.import_kv(export, params)
+
+    def _import_blocks(self, h: schema.Handoff, d: schema.KVDescriptor, params):
+        """Copy the prefill worker's pinned blocks straight out of its shared pool."""
+        if d.blocks is None or d.block_gens is None or d.block_size is None:
+            raise TransferExpiredError("an shm_pool handoff without its blocks")
+        name = segment_of(d.handle)
+        block_shape = (d.num_layers, 2, d.num_kv_heads, d.block_size, d.head_dim)
+        seq = None
+        try:
+            with self.pool_reader.read(
+                name, torch_dtype(d.dtype), block_shape, d.blocks, d.block_gens
+            ) as pool:
+                export = KVExport(
+                    h.id, [*h.token_ids, h.first_token], len(h.token_ids),
+                    KVBlocks(pool, list(d.blocks), d.num_tokens), h.seed,
+                )  # fmt: skip
+                seq = self.engine.import_kv(export, params)
+        except TransferExpiredError:
+            if seq is not None:  # copied, but the blocks were reused meanwhile: torn
+                self.engine.abort(seq.request_id)
+            raise
+        return seq
+
+    # -- the step cache ---------------------------------------------------------------------
+
+    def _splice_cached(self, runs: list[JobRun], emit, now_s: float) -> None:
+        """At step boundaries of reproducible jobs, put in the verified steps cached for them:
+        one Redis round trip for every job of the tick that sits on a boundary, and one more
+        for each round of steps spliced in a row (a splice is read back before the next
+        lookup, else the engine would sample past the spliced delimiter)."""
+        while runs:
+            asks = []
+            for run in runs:
+                try:
+                    if run.step_key is not None and (i := run.driver.wants_next_step()) is not None:
+                        asks.append((run, i))
+                except Exception:
+                    self._fail(run)
+            if not asks:
+                return
+            hits = self._cached_steps([r for r, _ in asks])
+            runs = []
+            for (run, index), hit in zip(asks, hits, strict=True):
+                try:
+                    if hit is not None and run.driver.splice_step(index, *hit):
+                        emit(run, run.driver.advance(now_s))
+                        runs.append(run)
+                except Exception:
+                    self._fail(run)
+
+    def _cached_steps(self, runs: list[JobRun]) -> list[tuple[str, str] | None]:
+        """The verified step that followed each run's chain before, from Redis in one MGET;
+        None for a miss, and for all when Redis is slow or away (the steps are generated)."""
+        keys = []
+        for run in runs:
+            assert run.step_key is not None
+            scope = Scope.of(run.handoff)
+            accepted = [s.text for s in run.driver.reasoner.chain]
+            content = Cache.step_content(run.step_key, accepted)
+            keys += [self.cache.key("step", name, scope, content) for name in SCOPES]
+        try:
+            values = self.redis.mget(keys)
+        except Exception:
+            return [None] * len(runs)
+        hits: list[tuple[str, str] | None] = []
+        for i in range(len(runs)):
+            found = next((v for v in values[i * len(SCOPES) : (i + 1) * len(SCOPES)] if v), None)
+            if found is None:
+                self._stats.step_misses += 1
+                hits.append(None)
+                continue
+            self._stats.step_hits += 1
+            text, verdict = msgspec.msgpack.decode(found)
+            hits.append((text, verdict))
+        return hits
+
+    # -- failures ---------------------------------------------------------------------------
+
+    def _fail(self, run: JobRun) -> None:
+        """A job whose decoding raised ends with an error Result; the other jobs in the tick
+        go on (an exception used to fail the whole tick, and with it Results already made)."""
+        log.exception("%s: decoding failed; it ends with an error Result", run.handoff.id)
+        seq = run.seq
+        if not seq.is_finished:
+            try:
+                self.engine.finish(seq.request_id, "error")
+            except Exception:  # the engine lost it: mark it done so its Result goes out
+                seq.status = SequenceStatus.FINISHED
+        seq.finish_reason = "error"
+        run.driver.reasoner.finished = True
 
 
-def step_record(step, fmt) -> schema.StepRecord:
-    verdict = step.verdict or "unknown"
-    text = fmt.strip_markers(step.text).strip()
-    return schema.StepRecord(text=text, verdict=verdict, claims=schema.claim_infos(step.claims))
+def error_result(h: schema.Handoff, e: Exception) -> schema.Result:
+    err = e if isinstance(e, StepwiseError) else StepwiseError(repr(e))
+    return msgspec.structs.replace(schema.rejected_result(h.id, err), status="error")
+
+
+def verified_steps(run: JobRun, outs) -> list[StepPut]:
+    """The steps these outputs verified, with the chain before each (for the step cache)."""
+    chain = run.driver.reasoner.chain
+    h = run.handoff
+    found = []
+    for o in outs:
+        if not (isinstance(o, Note) and o.kind == "verdict") or o.detail == "cached":
+            continue
+        if o.verdict in CACHEABLE_VERDICTS and o.step < len(chain) and chain[o.step].text == o.text:
+            before = [s.text for s in chain[: o.step]]
+            assert run.step_key is not None
+            found.append(StepPut(h.tenant, h.app, h.user, run.step_key, before, o.text, o.verdict))
+    return found

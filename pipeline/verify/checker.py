@@ -20,81 +20,39 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from fractions import Fraction
 
 import z3
 
 from pipeline.verify import prose
+from pipeline.verify.claim_ast import holds
 from pipeline.verify.claims import (
     DEFAULT_LIMITS,
     ClaimError,
     ClaimLimits,
-    Expr,
-    Neg,
-    Num,
-    Pow,
     Relation,
-    Var,
-    apply_op,
-    check_exponent,
     clear_parse_cache,
     evaluate,
     extract_premises,
-    holds,
-    power,
     variables,
 )
-from pipeline.verify.prose import FoundClaim, find_claims, relations
-
-ENTAILED = "entailed"
-CONTRADICTED = "contradicted"
-CONSISTENT = "consistent"
-NO_CLAIM = "no_claim"
-UNKNOWN = "unknown"
-VERDICTS = (ENTAILED, CONTRADICTED, CONSISTENT, NO_CLAIM, UNKNOWN)
-
-# Reasons that come with UNKNOWN.
-LIMIT = "limit"
-UNPARSEABLE = "unparseable"
-TIMEOUT = "timeout"
-INCONSISTENT_PREMISES = "inconsistent_premises"
-SOLVER = "solver"
-
-_MAX_DETAIL = 120
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimVerdict:
-    """The verdict on one claim of a step, with where it is in the step's text."""
-
-    text: str
-    span: tuple[int, int]
-    verdict: str
-    reason: str = ""
-    detail: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class StepVerdict:
-    """The verdict on one step; `detail` is short text for people.
-
-    A step is contradicted when any claim is, entailed when every claim was read and is
-    entailed, consistent when none is refuted and one is merely consistent, else unknown."""
-
-    verdict: str
-    reason: str = ""
-    detail: str = ""
-    num_claims: int = 0
-    claims: tuple[ClaimVerdict, ...] = field(default=(), compare=False)
-
-
-def _short(text: str) -> str:
-    return text if len(text) <= _MAX_DETAIL else text[: _MAX_DETAIL - 3] + "..."
-
-
-class _Undefined(Exception):
-    """A claim divides by a constant zero."""
+from pipeline.verify.prose import LIMIT, FoundClaim, find_claims, relations
+from pipeline.verify.verdicts import (
+    CONSISTENT,
+    CONTRADICTED,
+    ENTAILED,
+    INCONSISTENT_PREMISES,
+    NO_CLAIM,
+    SOLVER,
+    TIMEOUT,
+    UNKNOWN,
+    ClaimVerdict,
+    StepVerdict,
+    _rounded,
+    _short,
+    _step_verdict,
+    _unread,
+)
+from pipeline.verify.z3_terms import _Build, _shared_context, _Undefined, to_z3
 
 
 class Checker:
@@ -357,6 +315,10 @@ class Checker:
             self._solver = z3.Solver(ctx=self._ctx)
         return self._solver
 
+    def _to_z3(self, rels: list[Relation]) -> tuple[z3.BoolRef, _Build]:
+        self._ensure_solver()  # creates the context the terms live in
+        return to_z3(rels, self._ctx, self._vars, self.limits)
+
     def _assert(self, rels: list[Relation]) -> None:
         """Add `rels` to S; one that would make S nonlinear with large numbers is dropped."""
         solver = self._ensure_solver()
@@ -370,149 +332,6 @@ class Checker:
             solver.add(formula)
             self._state_linear, self._state_bits = is_linear, bits
         self._nl_solver = None
-
-    # ---- AST -> Z3 ---------------------------------------------------------------------------
-
-    def _to_z3(self, rels: list[Relation]) -> tuple[z3.BoolRef, _Build]:
-        """The conjunction of `rels` (with `d != 0` for each symbolic divisor d), and its traits."""
-        self._ensure_solver()  # creates the context the terms live in
-        build = _Build()
-        parts = []
-        for rel in rels:
-            lhs = self._as_z3(self._term(rel.lhs, build), build)
-            rhs = self._as_z3(self._term(rel.rhs, build), build)
-            parts.append(_RELATE[rel.op](lhs, rhs))
-        parts[:0] = build.guards
-        return (parts[0] if len(parts) == 1 else z3.And(parts)), build
-
-    def _as_z3(self, value: Fraction | z3.ArithRef, build: _Build) -> z3.ArithRef:
-        if isinstance(value, Fraction):
-            bits = max(value.numerator.bit_length(), value.denominator.bit_length())
-            build.max_bits = max(build.max_bits, bits)
-            return z3.RealVal(f"{value.numerator}/{value.denominator}", self._ctx)
-        return value
-
-    def _term(self, expr: Expr, build: _Build) -> Fraction | z3.ArithRef:
-        """A Fraction for a constant subtree (folded exactly), else a Z3 term."""
-        if isinstance(expr, Num):
-            return expr.value
-        if isinstance(expr, Var):
-            if expr.name not in self._vars:
-                self._vars[expr.name] = z3.Real(expr.name, self._ctx)
-            return self._vars[expr.name]
-        if isinstance(expr, Neg):
-            return -self._term(expr.operand, build)
-        if isinstance(expr, Pow):
-            exponent = check_exponent(evaluate(expr.exponent, self.limits), self.limits)
-            base = self._term(expr.base, build)
-            if isinstance(base, Fraction):
-                return power(base, exponent, self.limits)
-            if exponent == 0:  # x^0 = 1; Z3's `**` would leave 0^0 unspecified
-                return Fraction(1)
-            build.is_nonlinear |= exponent > 1
-            result = base
-            for _ in range(exponent - 1):
-                result = result * base
-            return result
-        left, right = self._term(expr.left, build), self._term(expr.right, build)
-        if isinstance(left, Fraction) and isinstance(right, Fraction):
-            try:
-                return apply_op(expr.op, left, right, self.limits)
-            except ZeroDivisionError:
-                raise _Undefined from None
-        if expr.op == "/":
-            if isinstance(right, Fraction):
-                if right == 0:
-                    raise _Undefined
-            else:
-                build.guards.append(right != 0)
-                build.is_nonlinear = True
-        elif expr.op == "*":
-            build.is_nonlinear |= not isinstance(left, Fraction) and not isinstance(right, Fraction)
-        left, right = self._as_z3(left, build), self._as_z3(right, build)
-        if expr.op == "+":
-            return left + right
-        if expr.op == "-":
-            return left - right
-        if expr.op == "*":
-            return left * right
-        return left / right
-
-
-def _unread(claim: FoundClaim) -> ClaimVerdict:
-    return ClaimVerdict(claim.text, claim.span, UNKNOWN, claim.reason, _short(claim.detail))
-
-
-def _step_verdict(results: tuple[ClaimVerdict, ...], n: int) -> StepVerdict:
-    """One verdict for a step from its claims' (see StepVerdict)."""
-    for want in (CONTRADICTED, CONSISTENT):
-        hit = next((r for r in results if r.verdict == want), None)
-        if hit is not None and (
-            want == CONTRADICTED or all(r.verdict in (ENTAILED, CONSISTENT) for r in results)
-        ):
-            return StepVerdict(want, "", hit.detail, n, results)
-    if all(r.verdict == ENTAILED for r in results):
-        return StepVerdict(ENTAILED, "", "", n, results)
-    first = next(r for r in results if r.verdict not in (ENTAILED, CONSISTENT))
-    return StepVerdict(UNKNOWN, first.reason, first.detail, n, results)
-
-
-def _rounded(rel: Relation, limits: ClaimLimits) -> bool:
-    """`10 / 3 = 3.33`: a decimal written to k places that the exact value rounds (or cuts)
-    to, where no k-place decimal is exact. Models write such steps meaning "about"; a
-    contradiction would roll back a right step. Never true for an exactly representable
-    value written wrong (`10 / 4 = 2.6` stays false)."""
-    if rel.op != "=" or not isinstance(rel.rhs, Num) or "." not in rel.text.rsplit("=", 1)[-1]:
-        return False
-    written = rel.text.rsplit("=", 1)[-1].strip().rstrip(".")
-    places = len(written.rsplit(".", 1)[-1]) if "." in written else 0
-    if places == 0 or not written.replace(".", "", 1).replace(",", "").lstrip("-").isdigit():
-        return False
-    exact = evaluate(rel.lhs, limits)
-    if exact is None:
-        return False
-    scaled = exact * 10**places
-    if scaled.denominator == 1:  # representable at that precision: no excuse
-        return False
-    magnitude = abs(scaled)
-    cut = magnitude.numerator // magnitude.denominator  # truncated (2/3 = 0.66)
-    nearest = cut + (magnitude - cut >= Fraction(1, 2))  # rounded half up (2/3 = 0.67)
-    written_scaled = abs(rel.rhs.value * 10**places)
-    same_sign = (exact < 0) == (rel.rhs.value < 0) or written_scaled == 0
-    return same_sign and written_scaled in (cut, nearest)
-
-
-@dataclass(slots=True)
-class _Build:
-    """What translating a claim found besides its term: divisor guards, nonlinearity."""
-
-    guards: list[z3.BoolRef] = field(default_factory=list)
-    is_nonlinear: bool = False
-    max_bits: int = 0  # the largest constant's numerator or denominator
-
-
-_local = threading.local()
-
-
-def _shared_context() -> z3.Context:
-    """This thread's Z3 context, shared by its checkers. A context costs ~16 MB and a solver
-    in it ~1 MB: with a context per checker, the LRU of checkers grew a verify process to
-    4.5 GB. Z3 contexts are not thread-safe, hence one per thread (`check_step` serializes its
-    cached checkers with a lock on top)."""
-    ctx = getattr(_local, "ctx", None)
-    if ctx is None:
-        ctx = _local.ctx = z3.Context()
-    return ctx
-
-
-_RELATE = {
-    "=": lambda a, b: a == b,
-    "!=": lambda a, b: a != b,
-    "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b,
-    ">": lambda a, b: a > b,
-    ">=": lambda a, b: a >= b,
-}
 
 
 # ---- stateless entry point (the task queue's) ------------------------------------------------

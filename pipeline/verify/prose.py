@@ -31,6 +31,7 @@ from pipeline.verify.claims import (
     parse_sides,
     variables,
 )
+from pipeline.verify.prose_rewrite import rewrite
 from pipeline.verify.prose_tokens import (
     APPROX,
     APPROX_WORD,
@@ -45,7 +46,6 @@ from pipeline.verify.prose_tokens import (
     VAR,
     WORD,
     Token,
-    rewrite,
     tokenize,
 )
 

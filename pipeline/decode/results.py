@@ -1,0 +1,177 @@
+"""Turning a decoding job into its Events, its verify requests and its one Result (plain logic)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from pipeline import schema
+from pipeline.decode.driver import Outward, ReasoningDriver
+from pipeline.decode.reasoning import Check, Note
+from pipeline.engine.sequence import Sequence
+from pipeline.engine.tokenizer import Tokenizer
+from pipeline.formats import Split, StreamSplitter
+
+
+@dataclass(slots=True)
+class JobRun:
+    """One job being decoded: its handoff, its reasoning driver, what has been streamed."""
+
+    handoff: schema.Handoff
+    driver: ReasoningDriver
+    problem: str  # the user's question, for the verifier (its equations are premises)
+    reply_stream: str  # where this worker reads verdicts
+    started_ms: int
+    step_key: str | None = None  # step-cache key of a reproducible job (pipeline/cache/)
+    next_event: int = 1  # seq 0 is ingest's "accepted"
+    emitted_tokens: int = 0  # output tokens already streamed as token events
+    token_text: str = ""  # decoded text of the streamed tokens (for token deltas)
+    splitter: StreamSplitter | None = None  # the format's split of the streamed text
+
+    @property
+    def seq(self) -> Sequence:
+        return self.driver.seq
+
+    def event(self, kind: str, ts_ms: int, **kw) -> schema.Event:
+        ev = schema.Event(id=self.handoff.id, seq=self.next_event, kind=kind, ts_ms=ts_ms, **kw)
+        self.next_event += 1
+        return ev
+
+
+def token_events(run: JobRun, tokenizer: Tokenizer, now_ms: int) -> list[schema.Event]:
+    """Token events for the output not streamed yet (if the job streams tokens), split by the
+    model's format into the thinking (`channel` reasoning) and what follows it (content). The
+    format's splitter holds back a marker cut across tokens until it is whole."""
+    if run.handoff.params.stream != "tokens":
+        return []
+    out = run.seq.output_token_ids
+    text = tokenizer.decode(out)
+    if text == run.token_text or text.endswith("\ufffd"):  # nothing new, or a partial character
+        return []
+    fmt, prompt = run.driver.format, run.driver.prompt_text
+    if run.splitter is None:
+        run.splitter = fmt.splitter(prompt)
+    if not text.startswith(run.token_text):
+        # Rolled back under what was streamed (a backtrack, a forced answer, an early exit):
+        # go on from the part both share (deltas cannot be taken back; step and backtrack
+        # events say what was dropped), with the split's state at that point.
+        run.token_text = os.path.commonprefix([text, run.token_text])
+        run.splitter = fmt.splitter(prompt)
+        run.splitter.feed(run.token_text)
+    delta, run.token_text, run.emitted_tokens = text[len(run.token_text) :], text, len(out)
+    return channel_events(run, run.splitter.feed(delta), now_ms)
+
+
+def channel_events(run: JobRun, parts: Split, now_ms: int) -> list[schema.Event]:
+    events = []
+    if parts.reasoning:
+        events.append(run.event("token", now_ms, text=parts.reasoning, channel="reasoning"))
+    if parts.content:
+        events.append(run.event("token", now_ms, text=parts.content, channel="content"))
+    return events
+
+
+def outward(
+    run: JobRun, outs: list[Outward], tokenizer: Tokenizer, now_ms: int
+) -> tuple[list[schema.Event], list[schema.VerifyRequest]]:
+    """The events and verify requests for what the reasoning driver produced."""
+    h = run.handoff
+    events: list[schema.Event] = []
+    requests: list[schema.VerifyRequest] = []
+    for o in outs:
+        if isinstance(o, Check):
+            requests.append(
+                schema.VerifyRequest(
+                    id=h.id,
+                    key=o.key,
+                    step=o.step,
+                    text=o.text,
+                    problem=run.problem,
+                    premises=list(h.premises),
+                    accepted=list(o.accepted),
+                    reply_stream=run.reply_stream,
+                    sent_ms=now_ms,
+                )
+            )
+            continue
+        assert isinstance(o, Note)
+        if h.params.stream == "none":
+            continue
+        text = run.driver.format.strip_markers(o.text).strip()  # as shown; checked as written
+        if o.kind == "step":
+            events.append(run.event("step", now_ms, step=o.step, text=text))
+        else:
+            kw = {"step": o.step, "text": text, "verdict": o.verdict, "detail": o.detail}
+            events.append(run.event(o.kind, now_ms, claims=schema.claim_infos(o.claims), **kw))
+    return events, requests
+
+
+def finish(
+    run: JobRun, tokenizer: Tokenizer, now_ms: int
+) -> tuple[list[schema.Event], schema.Result]:
+    """The closing events and the Result of a finished sequence."""
+    seq, h, r = run.seq, run.handoff, run.driver.reasoner
+    events = token_events(run, tokenizer, now_ms)
+    if run.splitter is not None:  # held back until now (a marker prefix, plain's last paragraph)
+        events += channel_events(run, run.splitter.flush(), now_ms)
+    events += outward(run, run.driver.flush(), tokenizer, now_ms)[0]
+    text = tokenizer.decode(seq.output_token_ids)
+    fmt, prompt = run.driver.format, run.driver.prompt_text
+    answer = None if r.gave_up else fmt.find_answer(text, prompt)
+    parts = fmt.split(text, prompt)
+    stop = r.result_stop_reason(seq.finish_reason)
+    # The engine gave up on the sequence (vLLM: the server failed its step): not an answer.
+    failed = seq.finish_reason == "error"
+    if failed:
+        answer, stop = None, "error"
+    verification = schema.VerificationReport(**r.coverage())
+    events.append(
+        run.event("final", now_ms, text=answer or "", detail=stop, verification=verification)
+    )
+    start = h.created_ms or h.admitted_ms
+    result = schema.Result(
+        id=h.id,
+        status="error" if failed else "ok",
+        error=schema.ErrorInfo(
+            code="engine_error",
+            message="the engine failed this job's sequence (see the decode worker's log)",
+        )
+        if failed
+        else None,
+        tenant=h.tenant,
+        slo_class=h.slo.class_,
+        model=h.model,
+        answer=answer,
+        text=text,
+        reasoning=parts.reasoning,
+        content="" if r.gave_up else parts.content,  # gave up: no answer to show
+        steps=[step_record(s, fmt) for s in r.chain],
+        usage=schema.Usage(
+            prompt_tokens=seq.num_prompt_tokens,
+            completion_tokens=seq.num_output_tokens,
+            wasted_tokens=seq.num_discarded_tokens,
+            probe_tokens=r.num_probe_tokens,
+            steps=len(r.chain),
+            backtracks=r.num_backtracks,
+        ),
+        timings=schema.Timings(
+            queue_ms=max(0, h.admitted_ms - h.created_ms) if h.created_ms else None,
+            ttft_ms=max(0, run.started_ms - start),
+            e2e_ms=max(0, now_ms - start),
+            stages={"prefill": h.prefill_ms, "decode": max(0, now_ms - run.started_ms)},
+        ),
+        budget=schema.BudgetReport(
+            limit=r.max_thinking_tokens or seq.params.max_tokens,
+            used=run.driver.tokens_spent(),
+            stop_reason=stop,  # type: ignore[arg-type]
+        ),
+        verification=verification,
+        ts_ms=now_ms,
+    )
+    return events, result
+
+
+def step_record(step, fmt) -> schema.StepRecord:
+    verdict = step.verdict or "unknown"
+    text = fmt.strip_markers(step.text).strip()
+    return schema.StepRecord(text=text, verdict=verdict, claims=schema.claim_infos(step.claims))

@@ -1,0 +1,96 @@
+"""A check's verdicts: the values, a claim's and a step's record, and how a step's verdict
+follows from its claims' (a rounded decimal is read as meant)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from pipeline.verify.claims import ClaimLimits, Num, Relation, evaluate
+from pipeline.verify.prose import FoundClaim  # the reasons prose gives
+
+ENTAILED = "entailed"
+CONTRADICTED = "contradicted"
+CONSISTENT = "consistent"
+NO_CLAIM = "no_claim"
+UNKNOWN = "unknown"
+VERDICTS = (ENTAILED, CONTRADICTED, CONSISTENT, NO_CLAIM, UNKNOWN)
+
+# Reasons that come with UNKNOWN (and prose's LIMIT, UNPARSEABLE).
+TIMEOUT = "timeout"
+INCONSISTENT_PREMISES = "inconsistent_premises"
+SOLVER = "solver"
+
+_MAX_DETAIL = 120
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimVerdict:
+    """The verdict on one claim of a step, with where it is in the step's text."""
+
+    text: str
+    span: tuple[int, int]
+    verdict: str
+    reason: str = ""
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class StepVerdict:
+    """The verdict on one step; `detail` is short text for people.
+
+    A step is contradicted when any claim is, entailed when every claim was read and is
+    entailed, consistent when none is refuted and one is merely consistent, else unknown."""
+
+    verdict: str
+    reason: str = ""
+    detail: str = ""
+    num_claims: int = 0
+    claims: tuple[ClaimVerdict, ...] = field(default=(), compare=False)
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= _MAX_DETAIL else text[: _MAX_DETAIL - 3] + "..."
+
+
+def _unread(claim: FoundClaim) -> ClaimVerdict:
+    return ClaimVerdict(claim.text, claim.span, UNKNOWN, claim.reason, _short(claim.detail))
+
+
+def _step_verdict(results: tuple[ClaimVerdict, ...], n: int) -> StepVerdict:
+    """One verdict for a step from its claims' (see StepVerdict)."""
+    for want in (CONTRADICTED, CONSISTENT):
+        hit = next((r for r in results if r.verdict == want), None)
+        if hit is not None and (
+            want == CONTRADICTED or all(r.verdict in (ENTAILED, CONSISTENT) for r in results)
+        ):
+            return StepVerdict(want, "", hit.detail, n, results)
+    if all(r.verdict == ENTAILED for r in results):
+        return StepVerdict(ENTAILED, "", "", n, results)
+    first = next(r for r in results if r.verdict not in (ENTAILED, CONSISTENT))
+    return StepVerdict(UNKNOWN, first.reason, first.detail, n, results)
+
+
+def _rounded(rel: Relation, limits: ClaimLimits) -> bool:
+    """`10 / 3 = 3.33`: a decimal written to k places that the exact value rounds (or cuts)
+    to, where no k-place decimal is exact. Models write such steps meaning "about"; a
+    contradiction would roll back a right step. Never true for an exactly representable
+    value written wrong (`10 / 4 = 2.6` stays false)."""
+    if rel.op != "=" or not isinstance(rel.rhs, Num) or "." not in rel.text.rsplit("=", 1)[-1]:
+        return False
+    written = rel.text.rsplit("=", 1)[-1].strip().rstrip(".")
+    places = len(written.rsplit(".", 1)[-1]) if "." in written else 0
+    if places == 0 or not written.replace(".", "", 1).replace(",", "").lstrip("-").isdigit():
+        return False
+    exact = evaluate(rel.lhs, limits)
+    if exact is None:
+        return False
+    scaled = exact * 10**places
+    if scaled.denominator == 1:  # representable at that precision: no excuse
+        return False
+    magnitude = abs(scaled)
+    cut = magnitude.numerator // magnitude.denominator  # truncated (2/3 = 0.66)
+    nearest = cut + (magnitude - cut >= Fraction(1, 2))  # rounded half up (2/3 = 0.67)
+    written_scaled = abs(rel.rhs.value * 10**places)
+    same_sign = (exact < 0) == (rel.rhs.value < 0) or written_scaled == 0
+    return same_sign and written_scaled in (cut, nearest)

@@ -5,12 +5,13 @@ each handoff's KV (or prefills the prompt again when the buffer is gone), runs t
 the verdicts that arrived (a contradiction rolls the sequence back) and the live budgets, splices
 cached verified steps in, and returns a Tick: encoded events, finished Results, KV buffers to
 ack, steps to verify, steps to cache, and its telemetry. No broker, no acks, no event loop: the
-decode worker's I/O side does all of that, in another process (`core_process.py`) or on the
+decode worker's I/O side does all of that, in another process (`core_serve.py`) or on the
 event loop of the same one (`core_client.ThreadCore`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 
@@ -20,19 +21,17 @@ from redis import Redis as SyncRedis
 from pipeline import schema
 from pipeline.cache import CACHEABLE_VERDICTS, SCOPES, Cache, CacheConfig, Scope, step_key
 from pipeline.config import PipelineConfig
-from pipeline.decode.core import JobRun, finish, outward, token_events
-from pipeline.decode.driver import ReasoningDriver, reasoning_params
+from pipeline.decode.driver import ReasoningDriver
 from pipeline.decode.messages import Inward, StepPut, Tick, TickStats
 from pipeline.decode.reasoning import Note, ReasoningConfig
-from pipeline.engine import KVBlocks, KVExport, Request
+from pipeline.decode.results import JobRun, finish, outward, token_events
+from pipeline.engine import Request
 from pipeline.engine.backend import StepEngine
-from pipeline.engine.sequence import SequenceStatus
 from pipeline.errors import StepwiseError
-from pipeline.stage.sampling import sampling_params
+from pipeline.stage.sampling import handoff_params
 from pipeline.stage.worker import now_ms
-from pipeline.transfer import KVHandle, TransferExpiredError, get_transport
-from pipeline.transfer.base import dtype_itemsize, torch_dtype
-from pipeline.transfer.shm_pool import PoolReader, segment_of
+from pipeline.transfer import TransferExpiredError
+from pipeline.transfer.kv_import import KVImporter
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +41,7 @@ class DecodeCore:
         self.engine = engine
         self.config = config
         self.verdict_stream = verdict_stream  # where this worker's verdicts come back
-        # Decode reads whichever transport a handoff names (a prefill worker may be set up
-        # differently): the copying one of its config, and shared pools in place.
-        self.transport = get_transport(
-            "shm" if config.kv_transport == "shm_pool" else config.kv_transport
-        )
-        self.pool_reader = PoolReader()
+        self.kv = KVImporter(config.kv_transport)
         self.cache = Cache(None, CacheConfig(key_prefix=config.topic_prefix))  # type: ignore[arg-type]
         # Cached steps are looked up here, at step boundaries: a blocking GET with a short
         # timeout (a slow Redis only means the step is generated instead).
@@ -80,75 +74,89 @@ class DecodeCore:
     # -- one tick ---------------------------------------------------------------------------
 
     def tick(self) -> Tick:
-        engine, tok = self.engine, self.engine.tokenizer
+        """One engine step and everything around it, in this order: start the jobs that came,
+        step the engine, apply the verdicts that came, advance every live job (its live budget,
+        its token events, its reasoning), splice cached steps in, retire finished jobs."""
         out = Tick(stats=self._stats)
         self._stats = TickStats()
-        events: list[schema.Event] = []
+        self._admit(out)
+        if self.engine.has_schedulable:
+            out.stats.generated_tokens += len(self.engine.step())
+        emit, now_s = _Emitter(out, self.engine.tokenizer, now_ms()), time.monotonic()
+        self._apply_verdicts(emit, now_s)
+        live = self._advance(emit, now_s)
+        self._splice_cached([r for r in live if not r.seq.is_finished], emit, now_s)
+        self._retire(out, emit)
+        self._report(out, emit.events)
+        return out
+
+    def _admit(self, out: Tick) -> None:
+        """Start the handoffs that came; one that cannot run here gets an error Result."""
         new, self.pending = self.pending, []
         for h in new:
             try:
                 run, kv_ack = self._start(h)
-            except Exception as e:  # this job cannot run here: it gets an error Result
+            except Exception as e:
                 log.exception("%s: cannot start", h.id)
                 out.results.append(error_result(h, e))
                 continue
             self.runs[h.id] = run
             if kv_ack:
                 out.kv_acks.append(kv_ack)
-        if engine.has_schedulable:
-            out.stats.generated_tokens += len(engine.step())
-        t, now_s = now_ms(), time.monotonic()
 
-        def emit(run: JobRun, outs) -> None:
-            evs, reqs = outward(run, outs, tok, t)
-            events.extend(evs)
-            out.checks.extend(reqs)
-            if run.step_key is not None:
-                out.puts.extend(verified_steps(run, outs))
-
+    def _apply_verdicts(self, emit: _Emitter, now_s: float) -> None:
         verdicts, self.verdicts = self.verdicts, []
         for v in verdicts:
             run = self.runs.get(v.id)
             if run is not None:  # else: a job that finished or moved on
                 try:
-                    outs = run.driver.verdict(
-                        v.key, v.verdict, v.detail or v.reason, now_s, v.claims
+                    emit(
+                        run,
+                        run.driver.verdict(v.key, v.verdict, v.detail or v.reason, now_s, v.claims),
                     )
-                    emit(run, outs)
                 except Exception:
                     self._fail(run)
-        live_runs = []
+
+    def _advance(self, emit: _Emitter, now_s: float) -> list[JobRun]:
+        """Every unfinished job after the step: live limits, token events, its reasoning."""
+        live = []
         for run in self.runs.values():
             if not run.seq.is_finished:
                 try:
                     # Live limits tighten jobs already running (checked at step boundaries).
-                    live = self.budgets.get(run.handoff.slo.class_)
-                    if live is not None:
-                        run.driver.reasoner.update_budget(live.max_thinking_tokens, live.max_steps)
-                    events.extend(token_events(run, tok, t))
+                    budget = self.budgets.get(run.handoff.slo.class_)
+                    if budget is not None:
+                        run.driver.reasoner.update_budget(
+                            budget.max_thinking_tokens, budget.max_steps
+                        )
+                    emit.events.extend(token_events(run, emit.tokenizer, emit.now_ms))
                     emit(run, run.driver.advance(now_s))
-                    live_runs.append(run)
+                    live.append(run)
                 except Exception:
                     self._fail(run)
-        self._splice_cached([r for r in live_runs if not r.seq.is_finished], emit, now_s)
+        return live
+
+    def _retire(self, out: Tick, emit: _Emitter) -> None:
+        """Finished jobs' last Events and their one Result each."""
         for job_id, run in list(self.runs.items()):
             if run.seq.is_finished:
                 out.stats.step_tokens += [s.end - s.start for s in run.driver.reasoner.chain]
                 try:
-                    evs, result = finish(run, tok, t)
+                    evs, result = finish(run, emit.tokenizer, emit.now_ms)
                 except Exception:
                     log.exception("%s: cannot build its Result", job_id)
                     err = StepwiseError("the decode worker could not build this job's Result")
                     evs, result = [], error_result(run.handoff, err)
-                events.extend(evs)
+                emit.events.extend(evs)
                 out.results.append(result)
                 del self.runs[job_id]
+
+    def _report(self, out: Tick, events: list[schema.Event]) -> None:
         # Encoded here: in a core process of its own, that work is off the I/O side's GIL.
         out.events = [(e.id, schema.encode(e)) for e in events]
-        used, total = engine.kv_usage()
+        used, total = self.engine.kv_usage()
         out.stats.kv_used, out.stats.kv_total = used, total
         out.stats.num_runs, out.stats.num_reprefills = len(self.runs), self.num_reprefills
-        return out
 
     # -- starting a job ---------------------------------------------------------------------
 
@@ -176,14 +184,12 @@ class DecodeCore:
         )
         limit = thinking + reasoning.answer_tokens + 32  # (room for the forcing text too)
         limit = max(1, min(limit, engine.max_model_len - len(h.token_ids)))
-        params = reasoning_params(
-            sampling_params(h.params, seed=h.seed, max_tokens=limit), h.params.verify
-        )
+        params = handoff_params(h, limit)
         kv_ack = None
         seq = None
         if h.kv is not None and engine.can_export_kv:
             try:
-                seq, kv_ack = self._import(h, params), (h.kv.owner, h.kv.handle)
+                seq, kv_ack = self.kv.import_kv(engine, h, params), (h.kv.owner, h.kv.handle)
             except (TransferExpiredError, StepwiseError) as e:
                 log.info("%s: KV import failed (%s); prefilling again", h.id, e)
         if seq is None:
@@ -198,45 +204,6 @@ class DecodeCore:
         if h.cache_key is not None and h.params.verify != "off":  # ingest: reproducible
             run.step_key = step_key(h.model, h.token_ids, h.premises, h.params)
         return run, kv_ack
-
-    def _import(self, h: schema.Handoff, params):
-        d = h.kv
-        assert d is not None
-        if d.transport == "shm_pool":
-            return self._import_blocks(h, d, params)
-        # The buffer holds whole blocks of the exporter's size: its token count follows from
-        # its bytes; the first d.num_tokens of them are the sequence's.
-        per_token = d.num_layers * 2 * d.num_kv_heads * d.head_dim * dtype_itemsize(d.dtype)
-        shape = (d.num_layers, 2, d.num_kv_heads, d.nbytes // per_token, d.head_dim)
-        handle = KVHandle(d.transport, d.handle, shape, d.dtype, d.nbytes, d.owner, d.expires_ms)
-        with self.transport.attach(handle) as buf:
-            export = KVExport(
-                h.id, [*h.token_ids, h.first_token], len(h.token_ids),
-                buf[:, :, :, : d.num_tokens], h.seed,
-            )  # fmt: skip
-            return self.engine.import_kv(export, params)
-
-    def _import_blocks(self, h: schema.Handoff, d: schema.KVDescriptor, params):
-        """Copy the prefill worker's pinned blocks straight out of its shared pool."""
-        if d.blocks is None or d.block_gens is None or d.block_size is None:
-            raise TransferExpiredError("an shm_pool handoff without its blocks")
-        name = segment_of(d.handle)
-        block_shape = (d.num_layers, 2, d.num_kv_heads, d.block_size, d.head_dim)
-        seq = None
-        try:
-            with self.pool_reader.read(
-                name, torch_dtype(d.dtype), block_shape, d.blocks, d.block_gens
-            ) as pool:
-                export = KVExport(
-                    h.id, [*h.token_ids, h.first_token], len(h.token_ids),
-                    KVBlocks(pool, list(d.blocks), d.num_tokens), h.seed,
-                )  # fmt: skip
-                seq = self.engine.import_kv(export, params)
-        except TransferExpiredError:
-            if seq is not None:  # copied, but the blocks were reused meanwhile: torn
-                self.engine.abort(seq.request_id)
-            raise
-        return seq
 
     # -- the step cache ---------------------------------------------------------------------
 
@@ -299,12 +266,28 @@ class DecodeCore:
         log.exception("%s: decoding failed; it ends with an error Result", run.handoff.id)
         seq = run.seq
         if not seq.is_finished:
-            try:
+            # The engine frees its blocks; one that lost it raises, and fail() below still
+            # marks it done, so its Result goes out.
+            with contextlib.suppress(Exception):
                 self.engine.finish(seq.request_id, "error")
-            except Exception:  # the engine lost it: mark it done so its Result goes out
-                seq.status = SequenceStatus.FINISHED
-        seq.finish_reason = "error"
+        seq.fail()  # an error whatever reason the engine gave (a held finish's, say)
         run.driver.reasoner.finished = True
+
+
+class _Emitter:
+    """One tick's outward side: a job's outputs become events, checks to send and steps to
+    cache, all on the tick's clock."""
+
+    def __init__(self, out: Tick, tokenizer, now: int) -> None:
+        self.out, self.tokenizer, self.now_ms = out, tokenizer, now
+        self.events: list[schema.Event] = []
+
+    def __call__(self, run: JobRun, outs) -> None:
+        evs, reqs = outward(run, outs, self.tokenizer, self.now_ms)
+        self.events.extend(evs)
+        self.out.checks.extend(reqs)
+        if run.step_key is not None:
+            self.out.puts.extend(verified_steps(run, outs))
 
 
 def error_result(h: schema.Handoff, e: Exception) -> schema.Result:

@@ -23,9 +23,9 @@ from collections.abc import Callable
 import msgspec
 
 from pipeline.config import PipelineConfig
-from pipeline.decode import core_process
-from pipeline.decode.core_loop import serve
-from pipeline.decode.engine_core import DecodeCore
+from pipeline.decode import core_serve
+from pipeline.decode.core import DecodeCore
+from pipeline.decode.core_serve import serve
 from pipeline.decode.messages import Inward, Ready, Tick
 from pipeline.errors import StepwiseError
 from pipeline.stage.engine_worker import EngineStageWorker
@@ -134,7 +134,7 @@ class ThreadCore(CoreClient):
 
 
 class ProcessCore(CoreClient):
-    """The core in a process of its own (`core_process.main`), over a socket pair."""
+    """The core in a process of its own (`core_serve.main`), over a socket pair."""
 
     def __init__(self, config: PipelineConfig, worker_id: str, verdict_stream: str,
                  on_tick, on_death) -> None:  # fmt: skip
@@ -152,7 +152,7 @@ class ProcessCore(CoreClient):
         ctx = multiprocessing.get_context("spawn")
         mine, theirs = ctx.Pipe(duplex=True)
         self.proc = ctx.Process(
-            target=core_process.main,
+            target=core_serve.main,
             args=(self.config, self.worker_id, self.verdict_stream, theirs),
             name=f"{self.worker_id}-core",
             daemon=True,

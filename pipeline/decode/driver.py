@@ -9,7 +9,6 @@ to send, notes to stream — goes back to the caller, who owns the verifier and 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 from pipeline.decode.reasoning import (
     Action,
@@ -29,15 +28,6 @@ from pipeline.engine import Engine, Request, SamplingParams
 from pipeline.engine.sequence import Sequence
 
 Outward = Check | Note
-
-
-def reasoning_params(params: SamplingParams, verify: str) -> SamplingParams:
-    """`params` set up for a verify mode: held finishes, paused step ends in strict mode, and
-    discarded tokens paid from the budget."""
-    params.pause_on_finish = verify != "off"
-    params.pause_on_step_end = verify == "strict"
-    params.charge_rollbacks = True
-    return params
 
 
 class ReasoningDriver:
@@ -229,8 +219,8 @@ class ReasoningDriver:
         self.forced_until = seq.num_tokens
         # The answer is decoded greedily, within a few tokens of what has been spent.
         spent = seq.num_output_tokens + seq.num_discarded_tokens
-        seq.params = replace(
-            seq.params,
+        self.engine.update_params(
+            seq.request_id,
             temperature=0.0,
             max_tokens=spent + cfg.answer_tokens,
             pause_on_step_end=False,
@@ -276,9 +266,8 @@ class ReasoningDriver:
         # prefix, the probed value. No KV is needed for it.
         text = exit_text(self.format, self.output_text(seq.num_tokens), self.prompt_text, value)
         ids = engine.tokenizer.encode(text, add_special_tokens=False)
-        seq.token_ids.extend(ids)
         self.num_appended += len(ids)
-        engine.finish(seq.request_id, "early_exit")
+        engine.finish_with(seq.request_id, ids, "early_exit")
 
     def _drop_probes(self) -> None:
         self.probe_answers.clear()

@@ -42,137 +42,26 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.formats import ReasoningFormat, get_format
+from pipeline.decode.reasoning_types import (
+    CONTRADICTED,
+    UNVERIFIED,
+    VERIFIED,
+    Action,
+    Check,
+    ExitWith,
+    Finish,
+    ForceAnswer,
+    Note,
+    Pause,
+    Probe,
+    ReasoningConfig,
+    Resume,
+    Rollback,
+    Step,
+)
 from pipeline.verify.coverage import Tally
 
-VERIFY_MODES = ("off", "async", "strict")
-CONTRADICTED = "contradicted"
-VERIFIED = ("entailed", "consistent")  # a step whose claims the verifier read and did not refute
-UNVERIFIED = "unverified"
 _MASK63 = (1 << 63) - 1
-
-
-@dataclass(frozen=True, slots=True)
-class ReasoningConfig:
-    verify: str = "async"
-    max_retries: int = 8  # resamples of one step before the step before it is dropped too
-    max_backtracks: int = 32  # per job; then it finishes as unverified
-    verdict_timeout_s: float = 10.0
-    # Budget (None: unlimited). Live limits may tighten them while the job runs.
-    max_thinking_tokens: int | None = None
-    max_steps: int | None = None
-    # How the model writes (markers, answers, the forcing text, the probe): the engine's.
-    format: ReasoningFormat = field(default_factory=lambda: get_format("tiny"))
-    answer_tokens: int = 24  # greedy tokens for a forced or probed answer
-    # Early exit.
-    early_exit: bool = False
-    probe_every: int = 1  # probe after every n-th step (the budget's "probe effort"; 0: never)
-    probe_agree: int = 2  # exit when this many consecutive probes give the same answer
-    # ... or when one probe's mean token probability reaches this (None: off). Off by default:
-    # the tiny reasoner answers its first step's value with p > 0.99, right or wrong, and this
-    # criterion cost 50-67 accuracy points (bench/early_exit.py, bench/RESULTS.md).
-    probe_confidence: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.verify not in VERIFY_MODES:
-            raise ValueError(f"verify mode must be one of {VERIFY_MODES}, got {self.verify!r}")
-        if self.max_retries < 0 or self.max_backtracks < 0 or self.verdict_timeout_s <= 0:
-            raise ValueError("max_retries, max_backtracks >= 0 and verdict_timeout_s > 0")
-        if (self.max_thinking_tokens or 1) < 1 or (self.max_steps or 1) < 1:
-            raise ValueError("budgets must be positive")
-        if self.probe_every < 0 or self.probe_agree < 1 or self.answer_tokens < 1:
-            raise ValueError("probe_every >= 0, probe_agree >= 1 and answer_tokens >= 1")
-
-
-@dataclass(slots=True)
-class Step:
-    """One attempt at one step of the chain."""
-
-    index: int
-    start: int  # token position where the step begins
-    end: int  # token position just after it (delimiter included)
-    text: str
-    key: str  # names this attempt; a verdict for another key is stale
-    sent_s: float = 0.0
-    verdict: str | None = None  # None: the verdict is pending
-    detail: str = ""
-    claims: Sequence[Any] = ()  # the verifier's per-claim verdicts (.verdict, .reason, spans)
-
-
-# -- what the machine asks for -------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Check:
-    """Send this step to the verifier, with the chain it follows."""
-
-    key: str
-    step: int
-    text: str
-    accepted: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Rollback:
-    """Truncate the sequence to `position` tokens and continue sampling with `seed`."""
-
-    position: int
-    seed: int
-
-
-@dataclass(frozen=True, slots=True)
-class Resume:
-    """Put the sequence back into the running batch (no-op if it is running)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Finish:
-    """End the sequence now; `reason` is the held finish's, or `unverified` on giving up."""
-
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Note:
-    """Something the job's stream should say: a step, a verdict, a backtrack."""
-
-    kind: str  # "step" | "verdict" | "backtrack"
-    step: int
-    text: str = ""
-    verdict: str | None = None
-    detail: str = ""
-    claims: Sequence[Any] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Pause:
-    """Take the sequence out of the running batch (it keeps its KV)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ForceAnswer:
-    """Cut the sequence to `position`, append the forcing text, decode the answer greedily."""
-
-    position: int
-
-
-@dataclass(frozen=True, slots=True)
-class Probe:
-    """Start an answer probe on the sequence's first `position` tokens."""
-
-    key: str
-    position: int
-
-
-@dataclass(frozen=True, slots=True)
-class ExitWith:
-    """Cut the sequence to `position`, append the cue and probe `key`'s answer, finish."""
-
-    position: int
-    key: str
-
-
-Action = Check | Rollback | Resume | Finish | Note | Pause | ForceAnswer | Probe | ExitWith
 
 
 def normalize_answer(text: str) -> str:

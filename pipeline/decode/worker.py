@@ -1,7 +1,7 @@
 """`stepwise worker decode`: handoff -> (import KV, continuous batching) -> events, results.
 
-The worker is decode's I/O side; its engine core (`engine_core.py`) runs in a process of its
-own by default (`core_process.py`, `STEPWISE_DECODE_CORE=process`) or on a thread of the worker
+The worker is decode's I/O side; its engine core (`core.py`) runs in a process of its
+own by default (`core_serve.py`, `STEPWISE_DECODE_CORE=process`) or on a thread of the worker
 (`thread`). Handoffs and verdicts go to the core; each engine step comes back as a Tick (events,
 finished Results, KV buffers to ack, steps to verify, steps to cache), which this side publishes
 in order. Steps go to Celery verify workers; their verdicts come back on this worker's own Redis

@@ -7,14 +7,15 @@ works on that alone, so it touches neither torch nor a server (vLLM's side stays
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence as Seq
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pipeline.engine.outputs import Request, RequestOutput
 from pipeline.engine.sampling_params import SamplingParams
 from pipeline.engine.sequence import Sequence
 from pipeline.engine.tokenizer import Tokenizer
-from pipeline.errors import InvalidRequestError, UnknownRequestError
+from pipeline.errors import InvalidRequestError, PromptTooLongError, UnknownRequestError
 
 
 @dataclass(slots=True)
@@ -38,10 +39,34 @@ class EngineBase:
 
     tokenizer: Tokenizer | None
     seqs: dict[str, Sequence]
+    max_model_len: int
     _arrivals: int
+    _seed_rng: random.Random
 
     def add(self, request: Request) -> Sequence:  # each engine admits its own way
         raise NotImplementedError
+
+    def _check_prompt(self, request: Request, vocab_size: int) -> None:
+        """A new id, a prompt not empty, its ids in the vocabulary, room for one more token."""
+        if request.request_id in self.seqs:
+            raise InvalidRequestError(f"request {request.request_id!r} is already in the engine")
+        ids = request.prompt_token_ids
+        if not ids:
+            raise InvalidRequestError("the prompt is empty")
+        if min(ids) < 0 or max(ids) >= vocab_size:
+            raise InvalidRequestError(f"prompt token ids must lie in [0, {vocab_size})")
+        if len(ids) >= self.max_model_len:
+            raise PromptTooLongError(
+                f"prompt has {len(ids)} tokens; this model's context is {self.max_model_len} "
+                "and at least one token must be generated"
+            )
+
+    def _make_sequence(self, request: Request) -> Sequence:
+        """The request's Sequence, with a seed of its own when it brings none."""
+        p, ids = request.params, request.prompt_token_ids
+        seed = p.seed if p.seed is not None else self._seed_rng.getrandbits(63)
+        self._arrivals += 1
+        return Sequence(request.request_id, list(ids), p, seed, self._arrivals, request.priority)
 
     def encode_prompt(self, prompt: str | list[dict[str, str]]) -> list[int]:
         """Text -> token ids; a list of chat messages goes through the chat template."""
@@ -63,6 +88,21 @@ class EngineBase:
 
     def has_unfinished(self) -> bool:
         return bool(self.seqs)
+
+    def finish(self, request_id: str, reason: str | None = None) -> Sequence:
+        raise NotImplementedError
+
+    def update_params(self, request_id: str, **changes: object) -> None:
+        """Change a live sequence's sampling params (forcing the answer: greedy, a new limit);
+        they apply from its next sampled token."""
+        seq = self._get(request_id)
+        seq.params = replace(seq.params, **changes)
+
+    def finish_with(self, request_id: str, token_ids: list[int], reason: str) -> Sequence:
+        """Put `token_ids` after the last token and end the sequence: text that no forward pass
+        needs (an early exit's answer), so no KV is computed for it and nothing samples after."""
+        self._get(request_id).token_ids.extend(token_ids)
+        return self.finish(request_id, reason)
 
     def add_prompts(
         self,

@@ -37,7 +37,6 @@ from pipeline.engine.tokenizer import StepBoundaryDetector, Tokenizer
 from pipeline.errors import (
     InvalidRequestError,
     KVPoolExhaustedError,
-    PromptTooLongError,
 )
 from pipeline.formats import format_for
 from pipeline.kernels.cpu_linear import prepack_linears
@@ -123,28 +122,16 @@ class Engine(EngineBase):
     # -- requests ---------------------------------------------------------------------------
 
     def _new_sequence(self, request: Request) -> Sequence:
-        if request.request_id in self.seqs:
-            raise InvalidRequestError(f"request {request.request_id!r} is already in the engine")
-        ids = request.prompt_token_ids
-        if not ids:
-            raise InvalidRequestError("the prompt is empty")
-        vocab = self.model_config.vocab_size
-        if min(ids) < 0 or max(ids) >= vocab:
-            raise InvalidRequestError(f"prompt token ids must lie in [0, {vocab})")
-        if len(ids) >= self.max_model_len:
-            raise PromptTooLongError(
-                f"prompt has {len(ids)} tokens; this model's context is {self.max_model_len} "
-                "and at least one token must be generated"
-            )
-        p = request.params
-        need = self.block_manager.num_blocks_for(min(len(ids) + p.max_tokens, self.max_model_len))
-        if need > self.block_manager.num_blocks:
+        self._check_prompt(request, self.model_config.vocab_size)
+        p, bm = request.params, self.block_manager
+        need = bm.num_blocks_for(
+            min(len(request.prompt_token_ids) + p.max_tokens, self.max_model_len)
+        )
+        if need > bm.num_blocks:
             raise InvalidRequestError(
-                f"request needs {need} KV blocks but the pool has {self.block_manager.num_blocks}"
+                f"request needs {need} KV blocks but the pool has {bm.num_blocks}"
             )
-        seed = p.seed if p.seed is not None else self._seed_rng.getrandbits(63)
-        self._arrivals += 1
-        return Sequence(request.request_id, ids, p, seed, self._arrivals, request.priority)
+        return self._make_sequence(request)
 
     def add(self, request: Request) -> Sequence:
         """Queue a request. Returns its live Sequence (token ids grow as it decodes)."""
@@ -200,12 +187,7 @@ class Engine(EngineBase):
             raise InvalidRequestError(f"token ids must lie in [0, {vocab})")
         if seq.num_tokens + len(token_ids) >= self.max_model_len:
             raise InvalidRequestError("appending these tokens would fill the context")
-        for t in token_ids:
-            seq.token_ids.append(t)
-            if self.step_detector is not None:
-                ends, seq.step_tail = self.step_detector.feed(seq.step_tail, t)
-                if ends:
-                    seq.step_ends.append(seq.num_tokens)
+        seq.extend(token_ids, self.step_detector)
         seq.pending_finish = None
 
     def finish(self, request_id: str, reason: str | None = None) -> Sequence:
@@ -278,11 +260,8 @@ class Engine(EngineBase):
             self.kv_cache.import_(seq.block_table, export.kv)
         seq.num_computed_tokens = n
         self.block_manager.cache_full_blocks(seq, 0)
-        if self.step_detector is not None:
-            for pos in range(seq.num_prompt_tokens, seq.num_tokens):
-                ends, seq.step_tail = self.step_detector.feed(seq.step_tail, seq.token_ids[pos])
-                if ends:
-                    seq.step_ends.append(pos + 1)
+        for pos in range(seq.num_prompt_tokens, seq.num_tokens):
+            seq.feed_step(self.step_detector, seq.token_ids[pos], pos + 1)
         self.seqs[seq.request_id] = seq
         self.scheduler.add(seq)
         return seq

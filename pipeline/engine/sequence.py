@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from enum import Enum, auto
 from typing import TYPE_CHECKING
 
@@ -106,14 +106,31 @@ class Sequence:
         an end-of-sequence token unless ignored, or one of the request's stop tokens)."""
         self.token_ids.append(token)
         self.cumulative_logprob += logprob
-        ends_step = False
-        if step_detector is not None:
-            ends_step, self.step_tail = step_detector.feed(self.step_tail, token)
-            if ends_step:
-                self.step_ends.append(self.num_tokens)
+        ends_step = self.feed_step(step_detector, token, self.num_tokens)
         p = self.params
         stops = (not p.ignore_eos and token in eos_token_ids) or token in p.stop_token_ids
         return ends_step, stops
+
+    def feed_step(self, detector: StepBoundaryDetector | None, token: int, end: int) -> bool:
+        """The one step-boundary feed: `token` (which ends at position `end`) goes through the
+        detector; a step it completes is recorded. Whether it completed one."""
+        if detector is None:
+            return False
+        ends, self.step_tail = detector.feed(self.step_tail, token)
+        if ends:
+            self.step_ends.append(end)
+        return ends
+
+    def extend(self, token_ids: Iterable[int], detector: StepBoundaryDetector | None) -> None:
+        """Put tokens the caller chose after the last one, their step boundaries recorded."""
+        for t in token_ids:
+            self.token_ids.append(t)
+            self.feed_step(detector, t, self.num_tokens)
+
+    def fail(self) -> None:
+        """End a sequence its engine no longer holds, as an error (decode's last resort)."""
+        self.status = SequenceStatus.FINISHED
+        self.finish_reason = "error"
 
     def truncate(self, num_tokens: int) -> None:
         """Keep the first `num_tokens` tokens; KV past them is no longer valid."""

@@ -12,11 +12,12 @@ from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 
-from pipeline.decode.driver import ReasoningDriver, reasoning_params
+from pipeline.decode.driver import ReasoningDriver
 from pipeline.decode.reasoning import Check, ReasoningConfig
 from pipeline.engine import Request, SamplingParams
 from pipeline.engine.backend import StepEngine
 from pipeline.evals.backends import Completion
+from pipeline.stage.sampling import reasoning_params
 from pipeline.verify.local import LocalVerifier
 
 

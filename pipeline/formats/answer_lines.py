@@ -39,7 +39,7 @@ def answer_value(line: str) -> str:
 
 
 def last_answer(text: str) -> str | None:
-    """The value of the last answer line with a value (like `pipeline.decode.core.parse_answer`,
+    """The value of the last answer line with a value (like `pipeline.decode.results.parse_answer`,
     but line-bound), or None."""
     for line in reversed(text.split("\n")):
         if is_answer_line(line) and (value := answer_value(line)):

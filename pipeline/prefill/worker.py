@@ -28,9 +28,9 @@ from pipeline.cache import Cache, CacheConfig, partitions_key, prefix_hashes
 from pipeline.engine import Request
 from pipeline.engine.sequence import Sequence
 from pipeline.errors import StepwiseError
-from pipeline.prefill.export import make_exporter
 from pipeline.stage.engine_worker import EngineStageWorker
 from pipeline.stage.sampling import sampling_params
+from pipeline.transfer.kv_export import make_exporter
 
 log = logging.getLogger(__name__)
 

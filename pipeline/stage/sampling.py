@@ -1,4 +1,5 @@
-"""Request parameters (a Job's JobParams, or CLI flags of the same names) -> SamplingParams."""
+"""The one place request parameters become SamplingParams: a Job's JobParams (or CLI flags of the
+same names), and a handoff's for decode with its verify mode's holds."""
 
 from __future__ import annotations
 
@@ -17,3 +18,20 @@ def sampling_params(p: schema.JobParams | object, **overrides: object) -> Sampli
     )
     values.update(overrides)
     return SamplingParams(**values)  # type: ignore[arg-type]
+
+
+def reasoning_params(params: SamplingParams, verify: str) -> SamplingParams:
+    """`params` set up for a verify mode: held finishes, paused step ends in strict mode, and
+    discarded tokens paid from the budget."""
+    params.pause_on_finish = verify != "off"
+    params.pause_on_step_end = verify == "strict"
+    params.charge_rollbacks = True
+    return params
+
+
+def handoff_params(h: schema.Handoff, max_tokens: int) -> SamplingParams:
+    """What decode runs a handoff with: the job's knobs, the seed ingest gave it, the engine's
+    token limit, and its verify mode's holds."""
+    return reasoning_params(
+        sampling_params(h.params, seed=h.seed, max_tokens=max_tokens), h.params.verify
+    )

@@ -33,7 +33,7 @@ from pipeline.engine.outputs import Request, RequestOutput, TokenOutput
 from pipeline.engine.sampling_params import SamplingParams
 from pipeline.engine.sequence import Sequence, SequenceStatus
 from pipeline.engine.tokenizer import StepBoundaryDetector, Tokenizer
-from pipeline.errors import InvalidRequestError, PromptTooLongError
+from pipeline.errors import InvalidRequestError
 from pipeline.formats import format_for
 from pipeline.vllm.server import (
     CompletionStreams,
@@ -116,23 +116,8 @@ class VLLMEngine(EngineBase):
     # -- requests ---------------------------------------------------------------------------
 
     def add(self, request: Request) -> Sequence:
-        if request.request_id in self.seqs:
-            raise InvalidRequestError(f"request {request.request_id!r} is already in the engine")
-        ids = request.prompt_token_ids
-        if not ids:
-            raise InvalidRequestError("the prompt is empty")
-        if min(ids) < 0 or max(ids) >= self.model_config.vocab_size:
-            raise InvalidRequestError(
-                f"prompt token ids must lie in [0, {self.model_config.vocab_size})"
-            )
-        if len(ids) >= self.max_model_len:
-            raise PromptTooLongError(
-                f"prompt has {len(ids)} tokens; this model's context is {self.max_model_len}"
-            )
-        p = request.params
-        seed = p.seed if p.seed is not None else self._seed_rng.getrandbits(63)
-        self._arrivals += 1
-        seq = Sequence(request.request_id, list(ids), p, seed, self._arrivals)
+        self._check_prompt(request, self.model_config.vocab_size)
+        seq = self._make_sequence(request)
         self.seqs[seq.request_id] = seq
         return seq
 
@@ -184,11 +169,7 @@ class VLLMEngine(EngineBase):
         if seq.num_tokens + len(token_ids) >= self.max_model_len:
             raise InvalidRequestError("appending these tokens would fill the context")
         self._drop_submission(request_id)  # what is in flight continues the old tokens
-        for t in token_ids:
-            seq.token_ids.append(t)
-            ends, seq.step_tail = self.step_detector.feed(seq.step_tail, t)
-            if ends:
-                seq.step_ends.append(seq.num_tokens)
+        seq.extend(token_ids, self.step_detector)
         seq.pending_finish = None
 
     def finish(self, request_id: str, reason: str | None = None) -> Sequence:

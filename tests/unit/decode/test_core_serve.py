@@ -6,7 +6,7 @@ from __future__ import annotations
 import msgspec
 
 from pipeline import schema
-from pipeline.decode.core_loop import serve
+from pipeline.decode.core_serve import serve
 from pipeline.decode.messages import Inward, Tick
 from tests.unit import test_schema as schema_samples
 
@@ -81,9 +81,9 @@ def test_a_run_waiting_for_verdicts_still_ticks_when_nothing_comes():
 
 
 def test_a_failing_tick_does_not_end_the_loop(monkeypatch):
-    import pipeline.decode.core_loop as core_loop
+    import pipeline.decode.core_serve as core_serve
 
-    monkeypatch.setattr(core_loop.time, "sleep", lambda s: None)
+    monkeypatch.setattr(core_serve.time, "sleep", lambda s: None)
     core = FakeCore()
     real_tick, failed = core.tick, []
 

@@ -135,9 +135,10 @@ def drive(engine, verify, delay=0, reject=lambda i, text, n: False, max_tokens=2
           **kw):  # fmt: skip
     """Decode one sequence; each verdict arrives `delay(step, text, n)` engine steps after its
     check (a number: the same delay for all). Returns the driver when the sequence is done."""
-    from pipeline.decode.driver import ReasoningDriver, reasoning_params
+    from pipeline.decode.driver import ReasoningDriver
     from pipeline.decode.reasoning import Check
     from pipeline.engine import Request
+    from pipeline.stage.sampling import reasoning_params
 
     sampling = SamplingParams(temperature=0.7, max_tokens=max_tokens, seed=3)
     params = reasoning_params(sampling, verify)

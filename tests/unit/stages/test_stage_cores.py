@@ -3,9 +3,9 @@
 import pytest
 
 from pipeline import schema
-from pipeline.decode.core import JobRun, finish, outward, token_events
 from pipeline.decode.driver import ReasoningDriver
 from pipeline.decode.reasoning import ReasoningConfig
+from pipeline.decode.results import JobRun, finish, outward, token_events
 from pipeline.engine.prepare import resolve_model
 from pipeline.engine.sampling_params import SamplingParams
 from pipeline.engine.sequence import Sequence

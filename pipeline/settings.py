@@ -163,6 +163,21 @@ VARS: tuple[Var, ...] = (
         int,
     ),
     Var("METRICS_ADDR", "0.0.0.0", "metrics", "address /metrics binds"),
+    # Traces (docs/tracing.md)
+    Var(
+        "TRACE_SAMPLE",
+        "0",
+        "tracing",
+        "fraction of jobs traced: 0 off (no tracer is built), 1 every job",
+        float,
+    ),
+    Var(
+        "OTLP_ENDPOINT",
+        "",
+        "tracing",
+        "OTLP/HTTP collector for spans (http://host:4318); empty: OTEL_EXPORTER_OTLP_* or none",
+    ),
+    Var("TRACE_DIR", "~/.cache/stepwise/traces", "tracing", "the local span store (JSON lines)"),
     Var("VERIFY_CONCURRENCY", "1", "verify", "checker processes per verify worker", int),
     # The budget controller
     Var(

@@ -56,34 +56,42 @@ class Producer:
         return await self._p.send(topic, value, key=key.encode() if key is not None else None)
 
     async def send_batch_later(
-        self, topic: str, items: list[tuple[str, bytes]]
+        self, topic: str, items: list[tuple[str, bytes]] | list[tuple[str, bytes, list]]
     ) -> list[asyncio.Future]:
         """Queue keyed (key, value) records as one batch per partition, each on the partition
         `send` would pick for its key, in order; the futures resolve when their batches are
         acknowledged. Many small records (a decode step's events) cost a fraction of one
         `send_later` each: no future, no accumulator lookup per record."""
         parts = sorted(await self._p.partitions_for(topic))
-        by_part: dict[int, list[tuple[bytes, bytes]]] = {}
-        for key, value in items:
-            k = key.encode()
-            by_part.setdefault(self._partitioner(k, parts, parts), []).append((k, value))
+        by_part: dict[int, list[tuple[bytes, bytes, list]]] = {}
+        for item in items:  # (key, value) or (key, value, headers: the trace context)
+            k = item[0].encode()
+            hdrs = item[2] if len(item) > 2 else []
+            by_part.setdefault(self._partitioner(k, parts, parts), []).append((k, item[1], hdrs))
         futures = []
         for part, records in by_part.items():
             batch = self._p.create_batch()
-            for k, v in records:
-                if batch.append(key=k, value=v, timestamp=None) is not None:
+            for k, v, h in records:
+                if batch.append(key=k, value=v, timestamp=None, headers=h) is not None:
                     continue
                 futures.append(await self._p.send_batch(batch, topic, partition=part))
                 batch = self._p.create_batch()
-                if batch.append(key=k, value=v, timestamp=None) is None:  # over a batch alone
-                    futures.append(await self._p.send(topic, v, key=k, partition=part))
+                if batch.append(key=k, value=v, timestamp=None, headers=h) is None:  # too big
+                    futures.append(
+                        await self._p.send(topic, v, key=k, partition=part, headers=h or None)
+                    )
             if batch.record_count():
                 futures.append(await self._p.send_batch(batch, topic, partition=part))
         return futures
 
-    async def send_many(self, items: list[tuple[str, str | None, bytes]]) -> None:
-        """Send (topic, key, value) records together; returns when all are acknowledged."""
+    async def send_many(self, items: list[tuple]) -> None:
+        """Send (topic, key, value) or (topic, key, value, headers) records together; returns
+        when all are acknowledged."""
         futures = [
-            await self._p.send(t, v, key=k.encode() if k is not None else None) for t, k, v in items
-        ]
+            await self._p.send(
+                it[0], it[2], key=it[1].encode() if it[1] is not None else None,
+                headers=(it[3] or None) if len(it) > 3 else None,
+            )
+            for it in items
+        ]  # fmt: skip
         await asyncio.gather(*futures)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from pipeline import __version__
+from pipeline.cli import trace_commands
 from pipeline.cli.commands import (
     WORKER_CLASSES,
     _add_engine_args,
@@ -159,6 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--json", action="store_true", help="one JSON object instead of a table")
     c.add_argument("--concern", default=None, help="only this group (services, pipeline, ...)")
     c.set_defaults(func=cmd_config)
+
+    trace_commands.add_parsers(sub)
 
     d = sub.add_parser(
         "demo",

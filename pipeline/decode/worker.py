@@ -19,6 +19,7 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 
 from aiokafka import ConsumerRecord
+from opentelemetry.trace import Span
 
 from pipeline import schema, telemetry
 from pipeline.budget import SLO_CLASSES, BudgetReader
@@ -27,6 +28,7 @@ from pipeline.cache import Cache, CacheConfig, Scope
 from pipeline.decode.core_client import CoreClient, make_core
 from pipeline.decode.messages import Inward, Tick
 from pipeline.stage.engine_worker import EngineStageWorker
+from pipeline.tracing import spans
 from pipeline.verify import tasks
 
 log = logging.getLogger(__name__)
@@ -38,6 +40,7 @@ class DecodeWorker(EngineStageWorker):
 
     async def setup(self) -> None:
         self.jobs: dict[str, tuple[schema.Handoff, Ack]] = {}  # sent to the core, not done
+        self.spans: dict[str, Span] = {}  # each running job's decode span (tracing on)
         self.num_finishing = 0  # of those, jobs whose Result is made but not yet delivered
         self.num_runs = 0  # jobs in the engine (the core's last word)
         self.num_reprefills = 0  # handoffs whose KV could not be imported (the core's count)
@@ -92,6 +95,9 @@ class DecodeWorker(EngineStageWorker):
             ack()  # running here already, or its Result is out (a redelivery)
             return
         self.jobs[handoff.id] = (handoff, ack)
+        span = spans.start_job_span("decode", handoff.id, record.headers)
+        if span.is_recording():
+            self.spans[handoff.id] = span
         self.core.submit(Inward(handoffs=[handoff]))
 
     def _on_tick(self, tick: Tick) -> None:
@@ -162,7 +168,8 @@ class DecodeWorker(EngineStageWorker):
 
     def _send_checks(self, checks: list[schema.VerifyRequest]) -> None:
         for req in checks:
-            tasks.send(req, self.celery)
+            span = self.spans.get(req.id)  # each check joins its job's trace
+            tasks.send(req, self.celery, spans.headers_of(span) if span is not None else None)
 
     async def _publish_tick(self, tick: Tick, done: set[str]) -> None:
         """A Tick's outputs, in order; `done` names the parts that went out (a retry after
@@ -195,6 +202,20 @@ class DecodeWorker(EngineStageWorker):
         if tick.results:
             await self._deliver(tick.results, done)
 
+    def _end_span(self, result: schema.Result) -> None:
+        span = self.spans.pop(result.id, None)
+        if span is None:
+            return
+        u, v = result.usage, result.verification
+        for i, step in enumerate(result.steps):  # the chain kept, one event a step
+            span.add_event("step", {"index": i, "verdict": step.verdict})
+        error = f"{result.error.code}: {result.error.message}" if result.error else None
+        spans.end(
+            span, error=error, status=result.status, stop_reason=result.budget.stop_reason,
+            steps=u.steps, backtracks=u.backtracks, completion_tokens=u.completion_tokens,
+            verification=v.status if v is not None else None,
+        )  # fmt: skip
+
     async def _deliver(self, results: list[schema.Result], done: set[str]) -> None:
         """A tick's Results: answers cached, then Results published, then jobs marked done and
         their handoffs acked; each step for all of them at once (three round trips a tick,
@@ -220,6 +241,7 @@ class DecodeWorker(EngineStageWorker):
         await asyncio.gather(*(self.state.mark_done(r.id, self.worker_id) for r, _, _ in jobs))
         self.num_finishing -= len(results)
         for result, _, ack in jobs:
+            self._end_span(result)
             telemetry.observe_result(result)
             del self.jobs[result.id]
             ack()

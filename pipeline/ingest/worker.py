@@ -26,6 +26,7 @@ from pipeline.engine.tokenizer import Tokenizer
 from pipeline.ingest.core import IngestCore, job_seed
 from pipeline.stage.jobstate import Admission
 from pipeline.stage.worker import StageWorker, now_ms
+from pipeline.tracing import spans
 
 
 class IngestWorker(StageWorker):
@@ -60,33 +61,43 @@ class IngestWorker(StageWorker):
     async def handle(self, record: ConsumerRecord, ack: Ack) -> None:
         # Schema and length errors raise: the base dead-letters them and rejects the job.
         job = schema.decode_job(record.value or b"", schema.content_type_of(record.headers))
-        source = f"{record.topic}:{record.partition}:{record.offset}"
-        if await self.state.admit(job.id, source) is Admission.DUPLICATE:
-            self.num_duplicates += 1
+        # The job's trace starts here unless its producer (the gateway, a client) sent one.
+        span = spans.start_job_span("ingest", job.id, record.headers, tenant=job.tenant)
+        try:
+            source = f"{record.topic}:{record.partition}:{record.offset}"
+            if await self.state.admit(job.id, source) is Admission.DUPLICATE:
+                self.num_duplicates += 1
+                spans.end(span, outcome="duplicate")
+                ack()
+                return
+            key = answer_key(job, job.model or self.config.model)
+            if key is not None and await self._answer_from_cache(job, key):
+                spans.end(span, outcome="cached")
+                ack()
+                return
+            task = self.core.admit(job, now_ms())
+            if key is not None:
+                task = msgspec.structs.replace(task, cache_key=key)
+            accepted = schema.Event(id=job.id, seq=0, kind="accepted", ts_ms=task.admitted_ms)
+            partition = await self._warm_partition(task)
+            headers = spans.kafka_headers_of(span)
+            if partition is None:
+                await self.producer.send_many(
+                    [
+                        (self.topics.prefill, job.id, schema.encode(task), headers),
+                        (self.topics.events, job.id, schema.encode(accepted)),
+                    ]
+                )
+            else:
+                await self.producer.send(
+                    self.topics.prefill, schema.encode(task), job.id, headers or None, partition
+                )
+                await self.producer.send(self.topics.events, schema.encode(accepted), job.id)
+            spans.end(span, outcome="admitted", routed=partition is not None)
             ack()
-            return
-        key = answer_key(job, job.model or self.config.model)
-        if key is not None and await self._answer_from_cache(job, key):
-            ack()
-            return
-        task = self.core.admit(job, now_ms())
-        if key is not None:
-            task = msgspec.structs.replace(task, cache_key=key)
-        accepted = schema.Event(id=job.id, seq=0, kind="accepted", ts_ms=task.admitted_ms)
-        partition = await self._warm_partition(task)
-        if partition is None:
-            await self.producer.send_many(
-                [
-                    (self.topics.prefill, job.id, schema.encode(task)),
-                    (self.topics.events, job.id, schema.encode(accepted)),
-                ]
-            )
-        else:
-            await self.producer.send(
-                self.topics.prefill, schema.encode(task), job.id, partition=partition
-            )
-            await self.producer.send(self.topics.events, schema.encode(accepted), job.id)
-        ack()
+        except Exception as e:  # the base dead-letters it; its trace says where it failed
+            spans.end(span, error=f"{type(e).__name__}: {e}")
+            raise
 
     async def _warm_partition(self, task: schema.PrefillTask) -> int | None:
         """A partition of the live prefill worker that holds this prompt's longest prefix."""

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import msgspec
 from aiokafka import ConsumerRecord
+from opentelemetry.trace import Span
 
 from pipeline import schema, telemetry
 from pipeline.bus import Ack
@@ -30,6 +31,7 @@ from pipeline.engine.sequence import Sequence
 from pipeline.errors import StepwiseError
 from pipeline.stage.engine_worker import EngineStageWorker
 from pipeline.stage.sampling import sampling_params
+from pipeline.tracing import spans
 from pipeline.transfer.kv_export import make_exporter
 
 log = logging.getLogger(__name__)
@@ -40,6 +42,7 @@ class _Pending:
     task: schema.PrefillTask
     ack: Ack
     received: float
+    span: Span  # the job's prefill span, from ingest's context in the record's headers
 
 
 class PrefillWorker(EngineStageWorker):
@@ -70,7 +73,8 @@ class PrefillWorker(EngineStageWorker):
 
     async def handle(self, record: ConsumerRecord, ack: Ack) -> None:
         task = schema.decode(record.value or b"", schema.PrefillTask)
-        await self.pending.put(_Pending(task, ack, time.perf_counter()))
+        span = spans.start_job_span("prefill", task.id, record.headers)
+        await self.pending.put(_Pending(task, ack, time.perf_counter(), span))
 
     async def _release_acked(self) -> None:
         acked = await self.state.take_kv_acks(self.worker_id)
@@ -129,7 +133,12 @@ class PrefillWorker(EngineStageWorker):
                 ok.append((p, handoff))
         if not ok:
             return
-        records = [(h.id, schema.encode(h)) for _, h in ok]
+        for p, h in ok:  # the KV handoff: how, and how much
+            kv = h.kv
+            p.span.set_attribute("stepwise.batch_size", len(batch))
+            p.span.set_attribute("stepwise.transport", kv.transport if kv else "none")
+            p.span.set_attribute("stepwise.bytes", kv.nbytes if kv else 0)
+        records = [(h.id, schema.encode(h), spans.kafka_headers_of(p.span)) for p, h in ok]
         delay = 0.1
         while True:  # broker trouble: retry, as decode does (decode drops a repeated handoff)
             try:
@@ -143,6 +152,7 @@ class PrefillWorker(EngineStageWorker):
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
         for p, _ in ok:
+            spans.end(p.span, outcome="handed_off")
             p.ack()
         size = self.engine.config.block_size
         claims = [
@@ -153,6 +163,7 @@ class PrefillWorker(EngineStageWorker):
 
     async def _fail(self, p: _Pending, exc: Exception) -> None:
         err = exc if isinstance(exc, StepwiseError) else StepwiseError(f"prefill failed: {exc!r}")
+        spans.end(p.span, error=f"{err.code}: {err}")
         result = msgspec.structs.replace(schema.rejected_result(p.task.id, err), status="error")
         await self.publish_result(result, p.task.reply_topic)
         p.ack()

@@ -32,6 +32,7 @@ from pipeline.local import services
 from pipeline.stage.jobstate import JobState
 from pipeline.telemetry import gcstats
 from pipeline.topics import Topics
+from pipeline.tracing import setup as tracing_setup
 
 log = logging.getLogger(__name__)
 
@@ -177,6 +178,7 @@ class StageWorker(ABC):
         made is frozen out of the collector; not for workers sharing a process (tests), where
         frozen garbage from earlier work would never be collected."""
         self.metrics_port = telemetry.serve_metrics(self.stage, self.config.model)
+        tracing_setup.init_from_settings(self.stage)
         watchdog: asyncio.Task | None = None
         await retry_transient("starting the producer", self.producer.start)
         try:

@@ -27,6 +27,8 @@ from celery.exceptions import SoftTimeLimitExceeded
 
 from pipeline import schema, telemetry
 from pipeline.settings import Settings
+from pipeline.tracing import propagate, spans
+from pipeline.tracing import setup as tracing_setup
 
 log = logging.getLogger(__name__)
 
@@ -114,16 +116,32 @@ def verify_step(task, payload: str) -> None:
     except schema.SchemaError as e:  # nobody to answer: the asker's verdict timeout covers it
         log.error("dropping an undecodable verify request: %s", e)
         return
+    request = getattr(task, "request", None)
+    carried = {h: request.get(h) for h in propagate.TRACE_HEADERS} if request is not None else {}
+    span = spans.start_job_span("verify", req.id, {k: v for k, v in carried.items() if v})
     verdict = run_check(req)
+    spans.end(
+        span, step=req.step, verdict=verdict.verdict, reason=verdict.reason or None,
+        solver_ms=round(verdict.check_ms, 3), worker=verdict.worker,
+    )  # fmt: skip
     telemetry.verify_check(verdict.verdict, verdict.check_ms / 1000)
     _redis(task.app.conf.broker_url).xadd(
         req.reply_stream, {"v": schema.encode(verdict)}, maxlen=STREAM_MAXLEN, approximate=True
     )
 
 
-def send(request: schema.VerifyRequest, target: Celery) -> None:
-    """Queue a check (blocking I/O on the broker: call it off the event loop)."""
-    target.send_task(TASK_NAME, args=[schema.encode_json(request).decode()], queue=QUEUE)
+def send(
+    request: schema.VerifyRequest, target: Celery, headers: dict[str, str] | None = None
+) -> None:
+    """Queue a check (blocking I/O on the broker: call it off the event loop); `headers`: the
+    trace context (W3C traceparent) the check's span joins."""
+    target.send_task(
+        TASK_NAME, args=[schema.encode_json(request).decode()], queue=QUEUE, headers=headers
+    )
+
+
+def _init_child_tracing(**_: object) -> None:
+    tracing_setup.init_from_settings("verify")
 
 
 def worker_argv(concurrency: int = 1, loglevel: str = "INFO") -> list[str]:
@@ -149,5 +167,8 @@ def main(current: Settings) -> int:
     n = current["VERIFY_CONCURRENCY"]
     # Checks run in the pool's children: each serves its own /metrics.
     worker_process_init.connect(telemetry.serve_pool_child_metrics, weak=False)
+    # Each prefork child traces for itself (a provider made before the fork has no exporter
+    # thread in the child).
+    worker_process_init.connect(_init_child_tracing, weak=False)
     app.worker_main(worker_argv(n))
     return 0

@@ -1,0 +1,88 @@
+"""The process's tracer, built once from the settings.
+
+Sampling 0 (the default) builds nothing: `tracer()` is OpenTelemetry's no-op, so tracing off
+costs a function call per span site. Otherwise a TracerProvider with a parent-based ratio
+sampler (a job sampled at the gateway or ingest stays sampled in every stage, since the
+decision travels in `traceparent`), its spans batched to the local store and, when an endpoint
+is set (`STEPWISE_OTLP_ENDPOINT`, or the standard `OTEL_EXPORTER_OTLP_*` variables), to an
+OTLP/HTTP collector.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+from pipeline.tracing.store import FileSpanExporter
+
+TRACER_NAME = "stepwise"
+_provider: TracerProvider | None = None
+
+
+def init_tracing(
+    service: str, sample: float, trace_dir: str, otlp_endpoint: str = ""
+) -> TracerProvider | None:
+    """Build and install this process's provider; None (and nothing installed) at sample 0."""
+    global _provider
+    if _provider is not None:  # one per process (an in-process stack's workers share it)
+        return _provider
+    if not 0.0 <= sample <= 1.0:
+        raise ValueError(f"STEPWISE_TRACE_SAMPLE must lie in [0, 1], got {sample}")
+    if sample == 0.0:
+        return None
+    resource = Resource.create(
+        {"service.name": f"stepwise-{service}", "host.name": socket.gethostname(),
+         "process.pid": os.getpid()}
+    )  # fmt: skip
+    provider = TracerProvider(resource=resource, sampler=ParentBased(TraceIdRatioBased(sample)))
+    # A short delay: a span is in the store within ~0.2 s (`stepwise trace` right after a job).
+    provider.add_span_processor(
+        BatchSpanProcessor(FileSpanExporter(trace_dir), schedule_delay_millis=200)
+    )
+    endpoint = (
+        otlp_endpoint
+        or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        or (os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
+    )
+    if endpoint:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        if not endpoint.rstrip("/").endswith("/v1/traces"):
+            endpoint = endpoint.rstrip("/") + "/v1/traces"
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
+    _provider = provider
+    return provider
+
+
+def init_from_settings(service: str) -> TracerProvider | None:
+    """`init_tracing` with the installed settings' values."""
+    from pipeline import settings
+
+    s = settings.current()
+    return init_tracing(service, s["TRACE_SAMPLE"], s["TRACE_DIR"], s["OTLP_ENDPOINT"])
+
+
+def tracer() -> trace.Tracer:
+    """This process's tracer: the provider's, or the no-op one when tracing is off."""
+    if _provider is None:
+        return trace.NoOpTracer()
+    return _provider.get_tracer(TRACER_NAME)
+
+
+def flush(timeout_ms: int = 5000) -> None:
+    """Write out every finished span (a worker's shutdown; a test before it reads the store)."""
+    if _provider is not None:
+        _provider.force_flush(timeout_ms)
+
+
+def shutdown() -> None:
+    global _provider
+    if _provider is not None:
+        _provider.shutdown()
+        _provider = None

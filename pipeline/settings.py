@@ -179,6 +179,13 @@ VARS: tuple[Var, ...] = (
     ),
     Var("TRACE_DIR", "~/.cache/stepwise/traces", "tracing", "the local span store (JSON lines)"),
     Var("VERIFY_CONCURRENCY", "1", "verify", "checker processes per verify worker", int),
+    Var(
+        "VERIFY_TEST_DELAY_MS",
+        "0",
+        "verify",
+        "test knob: pool child 0 sleeps this long before each check (an injected slow worker)",
+        float,
+    ),
     # The budget controller
     Var(
         "SLO_MS", "", "budget", "interactive class's p95 SLO (ms); empty: the law's default", float

@@ -119,6 +119,7 @@ def verify_step(task, payload: str) -> None:
     request = getattr(task, "request", None)
     carried = {h: request.get(h) for h in propagate.TRACE_HEADERS} if request is not None else {}
     span = spans.start_job_span("verify", req.id, {k: v for k, v in carried.items() if v})
+    _injected_delay()
     verdict = run_check(req)
     spans.end(
         span, step=req.step, verdict=verdict.verdict, reason=verdict.reason or None,
@@ -138,6 +139,18 @@ def send(
     target.send_task(
         TASK_NAME, args=[schema.encode_json(request).decode()], queue=QUEUE, headers=headers
     )
+
+
+def _injected_delay() -> None:
+    """STEPWISE_VERIFY_TEST_DELAY_MS: pool child 0 is made slow (the anomaly-path test)."""
+    from pipeline import settings
+
+    delay_ms = settings.current()["VERIFY_TEST_DELAY_MS"]
+    if delay_ms > 0:
+        from billiard.process import current_process
+
+        if (getattr(current_process(), "index", 0) or 0) == 0:
+            time.sleep(delay_ms / 1000)
 
 
 def _init_child_tracing(**_: object) -> None:

@@ -94,3 +94,56 @@ def test_a_verified_job_is_one_trace_across_four_processes(
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert missing.returncode == 2 and "no spans of job" in missing.stderr
+
+
+def test_paths_puts_an_injected_slow_verify_worker_on_the_heaviest_path(
+    kafka_bootstrap, redis_url, topics, monkeypatch, tmp_path
+):
+    traces = tmp_path / "traces"
+    for name, value in {
+        "STEPWISE_KAFKA": kafka_bootstrap, "STEPWISE_REDIS": redis_url, "OMP_NUM_THREADS": "1",
+        "STEPWISE_TRACE_SAMPLE": "1", "STEPWISE_TRACE_DIR": str(traces),
+        "STEPWISE_VERIFY_CONCURRENCY": "2", "STEPWISE_VERIFY_TEST_DELAY_MS": "300",
+    }.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    config = settings.current().pipeline(topic_prefix=topics.prefix, model="tiny-reasoner")
+    jobs = [
+        schema.Job(id=f"paths-{i}", prompt=f"What is {i + 3} + {2 * i + 5}?",
+                   params=schema.JobParams(seed=i))
+        for i in range(8)
+    ]  # fmt: skip
+
+    async def run() -> None:
+        done: set[str] = set()
+        async with StepwiseClient(kafka_bootstrap, topics.prefix) as client:
+            for j in jobs:
+                await client.submit(j)
+            async for msg in client.follow({j.id for j in jobs}, timeout_s=180):
+                if isinstance(msg, schema.Result):
+                    assert msg.status == "ok", msg
+                    done.add(msg.id)
+                    if len(done) == len(jobs):
+                        return
+
+    with Stack(config, log_dir=tmp_path, workers=("ingest", "prefill", "decode", "verify")):
+        asyncio.run(run())
+        for j in jobs:
+            wait_for_spans(traces, j.id, {"ingest", "prefill", "decode", "verify"})
+        time.sleep(0.5)  # the last checks' spans
+    out = subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", "paths", "--json", "--dir", str(traces),
+         "--svg", str(tmp_path / "paths.svg")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    graph = json.loads(out.stdout)
+    checks = {e["dst"]: e for e in graph["edges"] if e["dst"].startswith("verify@")}
+    assert len(checks) == 2, checks  # both pool children checked steps
+    slow = max(checks, key=lambda n: checks[n]["p99_ms"])
+    fast = min(checks, key=lambda n: checks[n]["p99_ms"])
+    assert checks[slow]["p99_ms"] >= 300 > checks[fast]["p99_ms"], checks
+    heaviest = graph["heaviest"][0]["path"]
+    assert heaviest[-1] == slow and [n.split("@")[0] for n in heaviest] == [
+        "ingest", "prefill", "decode", "verify"
+    ]  # fmt: skip
+    assert "#d62728" in (tmp_path / "paths.svg").read_text()

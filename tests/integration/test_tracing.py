@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import time
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -18,6 +19,13 @@ from pipeline.local.stack import Stack
 from pipeline.tracing import store
 
 pytestmark = pytest.mark.slow
+
+
+def own_db(redis_url: str, db: int) -> str:
+    """The same Redis, another database: the session's Celery verify worker (conftest) serves
+    the default one's queue and would take this stack's checks, untraced."""
+    parts = urlsplit(redis_url)
+    return urlunsplit((parts.scheme, parts.netloc, f"/{db}", parts.query, parts.fragment))
 
 
 def wait_for_spans(folder, job_id: str, names: set[str], timeout_s: float = 20) -> list[dict]:
@@ -36,8 +44,8 @@ def test_a_verified_job_is_one_trace_across_four_processes(
 ):
     traces = tmp_path / "traces"
     for name, value in {
-        "STEPWISE_KAFKA": kafka_bootstrap, "STEPWISE_REDIS": redis_url, "OMP_NUM_THREADS": "1",
-        "STEPWISE_TRACE_SAMPLE": "1", "STEPWISE_TRACE_DIR": str(traces),
+        "STEPWISE_KAFKA": kafka_bootstrap, "STEPWISE_REDIS": own_db(redis_url, 9),
+        "OMP_NUM_THREADS": "1", "STEPWISE_TRACE_SAMPLE": "1", "STEPWISE_TRACE_DIR": str(traces),
     }.items():  # fmt: skip
         monkeypatch.setenv(name, value)
     config = settings.current().pipeline(topic_prefix=topics.prefix, model="tiny-reasoner")
@@ -101,8 +109,8 @@ def test_paths_puts_an_injected_slow_verify_worker_on_the_heaviest_path(
 ):
     traces = tmp_path / "traces"
     for name, value in {
-        "STEPWISE_KAFKA": kafka_bootstrap, "STEPWISE_REDIS": redis_url, "OMP_NUM_THREADS": "1",
-        "STEPWISE_TRACE_SAMPLE": "1", "STEPWISE_TRACE_DIR": str(traces),
+        "STEPWISE_KAFKA": kafka_bootstrap, "STEPWISE_REDIS": own_db(redis_url, 10),
+        "OMP_NUM_THREADS": "1", "STEPWISE_TRACE_SAMPLE": "1", "STEPWISE_TRACE_DIR": str(traces),
         "STEPWISE_VERIFY_CONCURRENCY": "2", "STEPWISE_VERIFY_TEST_DELAY_MS": "300",
     }.items():  # fmt: skip
         monkeypatch.setenv(name, value)

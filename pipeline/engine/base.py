@@ -8,6 +8,7 @@ works on that alone, so it touches neither torch nor a server (vLLM's side stays
 from __future__ import annotations
 
 import random
+from abc import ABC, abstractmethod
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, replace
 
@@ -34,7 +35,7 @@ class EngineStats:
         return {k: getattr(self, k) for k in self.__slots__}
 
 
-class EngineBase:
+class EngineBase(ABC):
     """The engine API's parts that need only the live sequences and the tokenizer."""
 
     tokenizer: Tokenizer | None
@@ -43,8 +44,9 @@ class EngineBase:
     _arrivals: int
     _seed_rng: random.Random
 
-    def add(self, request: Request) -> Sequence:  # each engine admits its own way
-        raise NotImplementedError
+    @abstractmethod
+    def add(self, request: Request) -> Sequence:
+        """Admit a request (each engine its own way: a scheduler, or a server's submission)."""
 
     def _check_prompt(self, request: Request, vocab_size: int) -> None:
         """A new id, a prompt not empty, its ids in the vocabulary, room for one more token."""
@@ -89,8 +91,9 @@ class EngineBase:
     def has_unfinished(self) -> bool:
         return bool(self.seqs)
 
+    @abstractmethod
     def finish(self, request_id: str, reason: str | None = None) -> Sequence:
-        raise NotImplementedError
+        """End a sequence now, its tokens kept."""
 
     def update_params(self, request_id: str, **changes: object) -> None:
         """Change a live sequence's sampling params (forcing the answer: greedy, a new limit);

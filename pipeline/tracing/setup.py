@@ -23,6 +23,7 @@ from pipeline.tracing.store import FileSpanExporter
 
 TRACER_NAME = "stepwise"
 _provider: TracerProvider | None = None
+_NOOP = trace.NoOpTracer()
 
 
 def init_tracing(
@@ -68,10 +69,14 @@ def init_from_settings(service: str) -> TracerProvider | None:
     return init_tracing(service, s["TRACE_SAMPLE"], s["TRACE_DIR"], s["OTLP_ENDPOINT"])
 
 
+def enabled() -> bool:
+    return _provider is not None
+
+
 def tracer() -> trace.Tracer:
     """This process's tracer: the provider's, or the no-op one when tracing is off."""
     if _provider is None:
-        return trace.NoOpTracer()
+        return _NOOP
     return _provider.get_tracer(TRACER_NAME)
 
 

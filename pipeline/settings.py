@@ -196,7 +196,14 @@ VARS: tuple[Var, ...] = (
     Var("MAX_THINKING_TOKENS", "", "budget", "the law's upper bound on thinking tokens", int),
     # The gateway
     Var("GATEWAY_PORT", "8000", "gateway", "HTTP / WebSocket / OpenAI API port", int),
-    Var("GATEWAY_HOST", "0.0.0.0", "gateway", "address the gateway binds"),
+    Var("GATEWAY_HOST", "127.0.0.1", "gateway", "address the gateway binds"),
+    Var(
+        "GATEWAY_ALLOW_OPEN",
+        "0",
+        "gateway",
+        "serve beyond loopback with no API keys (warned at start); else such a gateway refuses",
+        _bool,
+    ),
     Var("API_KEYS", "", "gateway", "key:tenant,...; empty: no auth, tenant `default`", secret=True),
     Var("API_KEYS_REDIS", "0", "gateway", "also accept keys from Redis ({prefix}apikeys)", _bool),
     Var("KEY_CACHE_TTL_S", "5.0", "gateway", "Redis-held keys are cached this long", float),
@@ -227,6 +234,7 @@ ELSEWHERE = {
     "SKIP_VLLM": "scripts/setup.sh: skip the vLLM venv",
     "VLLM_VENV": "scripts/setup.sh: where the vLLM venv goes",
     "TORCH_VERSION": "scripts/setup.sh: the torch pinned",
+    "BIND": "docker-compose.yml: the host address its published ports bind (127.0.0.1)",
 }
 
 
@@ -287,6 +295,7 @@ class Settings:
             "pipeline": self.pipeline(),
             "port": self["GATEWAY_PORT"],
             "host": self["GATEWAY_HOST"],
+            "allow_open": self["GATEWAY_ALLOW_OPEN"],
             "api_keys": parse_api_keys(self["API_KEYS"] or ""),
             "api_keys_redis": self["API_KEYS_REDIS"],
             "key_cache_ttl_s": self["KEY_CACHE_TTL_S"],

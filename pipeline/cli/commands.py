@@ -152,9 +152,19 @@ def cmd_up(args: argparse.Namespace) -> int:
     import signal as _signal
 
     from pipeline import settings
+    from pipeline.gateway.settings import check_exposure
     from pipeline.local.stack import Stack
 
-    stack = Stack(settings.current().pipeline(), log_dir=args.log_dir)
+    current = settings.current()
+    # The stack's gateway would refuse an open bind beyond loopback: refuse before anything
+    # starts (the gateway's own config cannot be built yet: Redis may be the embedded one).
+    check_exposure(
+        current["GATEWAY_HOST"],
+        current["GATEWAY_PORT"],
+        has_keys=bool(current["API_KEYS"]) or bool(current["API_KEYS_REDIS"]),
+        allow_open=bool(current["GATEWAY_ALLOW_OPEN"]),
+    )
+    stack = Stack(current.pipeline(), log_dir=args.log_dir)
     print("starting services and workers ...", flush=True)
     with stack:
         for line in stack.describe():

@@ -16,6 +16,8 @@ FLAG_SETTINGS = {
     "engine": "ENGINE",
     "reasoning_format": "REASONING_FORMAT",
     "concurrency": "VERIFY_CONCURRENCY",
+    "host": "GATEWAY_HOST",
+    "allow_open": "GATEWAY_ALLOW_OPEN",
 }
 
 

@@ -24,6 +24,22 @@ from pipeline.cli.commands import (
 )
 
 
+def _add_gateway_bind_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--host",
+        default=None,
+        help="gateway: the address it binds (default STEPWISE_GATEWAY_HOST, else 127.0.0.1); "
+        "beyond loopback it needs API keys or --allow-open",
+    )
+    p.add_argument(
+        "--allow-open",
+        action="store_true",
+        default=None,  # absent: STEPWISE_GATEWAY_ALLOW_OPEN decides
+        help="gateway: serve beyond loopback with no API keys, every caller tenant `default` "
+        "(logged as a warning at start); without it such a gateway refuses to start",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="stepwise",
@@ -103,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_engine_choice(w)
     _add_format_arg(w)
+    _add_gateway_bind_args(w)
     w.set_defaults(func=cmd_worker)
 
     u = sub.add_parser(
@@ -115,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("--log-dir", default=None, help="write worker and service logs here")
     _add_engine_choice(u)
     _add_format_arg(u)
+    _add_gateway_bind_args(u)
     u.set_defaults(func=cmd_up)
 
     s = sub.add_parser(

@@ -9,9 +9,20 @@ import uvicorn
 from pipeline.gateway.app import create_app
 from pipeline.gateway.settings import GatewayConfig
 
+log = logging.getLogger(__name__)
+
+
+def warn_if_open(config: GatewayConfig) -> None:
+    """Log, loudly and first, that this gateway serves beyond loopback without keys on purpose
+    (allow_open): whoever reads the start-up log learns it is open."""
+    warning = config.exposure_warning()
+    if warning is not None:
+        log.warning(warning)
+
 
 def main(config: GatewayConfig) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    warn_if_open(config)
     uvicorn.run(
         create_app(config),
         host=config.host,

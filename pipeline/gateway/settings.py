@@ -2,11 +2,50 @@
 
 from __future__ import annotations
 
+import ipaddress
 import math
 from dataclasses import dataclass, field
 
 from pipeline.config import PipelineConfig
+from pipeline.errors import StepwiseError
 from pipeline.gateway.limits import RateLimit
+
+
+class InsecureGatewayError(StepwiseError):
+    """A gateway that would serve anyone who can reach it, beyond this machine, as one tenant."""
+
+    code = "insecure_gateway"
+
+
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 or `localhost`. Any other address, `0.0.0.0` and `::` included, and any
+    other name (where it resolves is not ours to assume) may be reachable from elsewhere."""
+    name = host.strip().strip("[]").lower()
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(host: str, port: int, *, has_keys: bool, allow_open: bool) -> str | None:
+    """Refuse a gateway without API keys bound beyond loopback (InsecureGatewayError), unless
+    `allow_open` says it is meant: then the warning to log at start. None: nothing to say."""
+    if has_keys or is_loopback(host):
+        return None
+    if not allow_open:
+        raise InsecureGatewayError(
+            f"the gateway would listen on {host}:{port} with no API keys, so anyone who can "
+            "reach it could run jobs and read every job as tenant `default`. Configure keys "
+            "(STEPWISE_API_KEYS=key:tenant,... or STEPWISE_API_KEYS_REDIS=1), or run it open on "
+            "purpose with --allow-open (STEPWISE_GATEWAY_ALLOW_OPEN=1); or bind loopback "
+            "(STEPWISE_GATEWAY_HOST=127.0.0.1)"
+        )
+    return (
+        f"OPEN GATEWAY: listening on {host}:{port} with no API keys (allow-open): anyone who "
+        "can reach it runs jobs and reads every job as tenant `default`"
+    )
 
 
 def _pairs(spec: str, env_name: str, shape: str) -> list[tuple[str, str]]:
@@ -51,7 +90,8 @@ class GatewayConfig:
 
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     port: int = 8000
-    host: str = "0.0.0.0"
+    host: str = "127.0.0.1"  # beyond loopback it needs API keys, or allow_open
+    allow_open: bool = False  # beyond loopback with no keys: serve anyway, warned at start
     api_keys: dict[str, str] = field(default_factory=dict)  # empty: auth off, tenant "default"
     api_keys_redis: bool = False  # also accept keys from the Redis hash {prefix}apikeys
     key_cache_ttl_s: float = 5.0  # Redis-held keys (and unknown keys) are cached this long
@@ -78,6 +118,12 @@ class GatewayConfig:
             raise ValueError("key_cache_ttl_s must be >= 0")
         if self.api_keys_redis and not self.pipeline.redis:
             raise ValueError("STEPWISE_API_KEYS_REDIS needs STEPWISE_REDIS")
+        self.exposure_warning()  # an open gateway beyond loopback refuses here, before binding
+
+    def exposure_warning(self) -> str | None:
+        """What to warn of at start (open beyond loopback on purpose); refuses it unasked."""
+        has_keys = bool(self.api_keys) or self.api_keys_redis
+        return check_exposure(self.host, self.port, has_keys=has_keys, allow_open=self.allow_open)
 
     @property
     def model_name(self) -> str:

@@ -3,7 +3,8 @@
 docker-compose.yml must validate with `docker-compose config` (the Debian package, installed by
 scripts/setup.sh); every worker runs the one image with the services and metrics port it needs;
 Prometheus scrapes exactly the ports the workers serve; the Grafana dashboard uses only metric
-names pipeline/telemetry/ exports.
+names pipeline/telemetry/ exports; and the stack is secure by default: host ports on loopback,
+Grafana's password and the gateway's keys required (docs/deploy.md, "Secure defaults").
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -21,6 +23,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from pipeline import telemetry
+from pipeline.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -31,6 +34,9 @@ DATASOURCES = ROOT / "infra" / "grafana" / "provisioning" / "datasources"
 WORKERS = ("ingest", "prefill", "decode", "verify", "budget", "gateway")
 GPU_WORKERS = ("prefill-gpu", "decode-gpu")
 SERVICES = {"kafka", "redis", "topics", "prometheus", "grafana", *WORKERS, *GPU_WORKERS}
+# What `docker-compose config` (and `up`) refuses to run without; STEPWISE_BIND is optional.
+REQUIRED_ENV = {"GRAFANA_ADMIN_PASSWORD": "test-only", "STEPWISE_API_KEYS": "sk-test:tenantA"}
+PUBLISHED = {"kafka", "gateway", "prometheus", "jaeger", "grafana"}  # services with host ports
 METRIC = re.compile(r"\bstepwise_[a-z0-9_]+")
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 # Dashboard panel title -> metrics its queries must use (the panels issue 7 asks for).
@@ -121,6 +127,35 @@ def unknown_metrics(names: set[str]) -> set[str]:
     return bad
 
 
+def compose_config(*args: str, env: dict[str, str], profile: str | None = None, files=()):
+    """`docker-compose config ARGS` with `env` over ours, less the variables the tests set."""
+    exe = shutil.which("docker-compose")
+    if exe is None:
+        pytest.fail(
+            "docker-compose is not on PATH: install it (`apt-get install docker-compose`, which "
+            "scripts/setup.sh does as root) so the compose file is validated"
+        )
+    ours = {k: v for k, v in os.environ.items() if k not in {*REQUIRED_ENV, "STEPWISE_BIND"}}
+    argv = [exe, *(a for f in (COMPOSE, *files) for a in ("-f", str(f)))]
+    argv += [*(["--profile", profile] if profile else []), "config", *args]
+    return subprocess.run(
+        argv, cwd=ROOT, env=ours | env, capture_output=True, text=True, timeout=60
+    )
+
+
+def resolved(env: dict[str, str]) -> dict[str, dict]:
+    """The services as compose resolves them with `env` (every variable interpolated)."""
+    proc = compose_config(env=env)
+    assert proc.returncode == 0, proc.stderr
+    return yaml.safe_load(proc.stdout)["services"]
+
+
+def host_ips(service: dict) -> list[str]:
+    """The host address of each published port (v1 prints `ip:host:container/tcp`, v2 dicts)."""
+    ports = service.get("ports", [])
+    return [p["host_ip"] if isinstance(p, dict) else str(p).split(":")[0] for p in ports]
+
+
 def panel_exprs(dashboard: dict) -> dict[str, list[str]]:
     panels = []
     for panel in dashboard["panels"]:
@@ -133,15 +168,57 @@ def panel_exprs(dashboard: dict) -> dict[str, list[str]]:
 
 @pytest.mark.parametrize("profile", [None, "gpu"])
 def test_docker_compose_config_validates(profile):
-    exe = shutil.which("docker-compose")
-    if exe is None:
-        pytest.fail(
-            "docker-compose is not on PATH: install it (`apt-get install docker-compose`, which "
-            "scripts/setup.sh does as root) so the compose file is validated"
-        )
-    argv = [exe, "-f", str(COMPOSE), *(["--profile", profile] if profile else []), "config", "-q"]
-    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    proc = compose_config("-q", env=REQUIRED_ENV, profile=profile)
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("missing", sorted(REQUIRED_ENV))
+def test_compose_refuses_to_run_without_each_secret(missing):
+    for env in ({}, {missing: ""}):  # unset or empty: no `admin`, no keyless gateway
+        others = {k: v for k, v in REQUIRED_ENV.items() if k != missing}
+        proc = compose_config("-q", env=others | env)
+        assert proc.returncode != 0, f"compose ran without {missing}"
+        assert missing in proc.stderr
+
+
+# -- (1b) secure defaults -------------------------------------------------------------------------
+
+
+def test_published_ports_bind_loopback_unless_overridden():
+    services = resolved(REQUIRED_ENV)
+    assert {n for n, s in services.items() if s.get("ports")} == PUBLISHED  # redis: never
+    for name in PUBLISHED:
+        assert set(host_ips(services[name])) == {"127.0.0.1"}, name
+    opened = resolved(REQUIRED_ENV | {"STEPWISE_BIND": "0.0.0.0"})  # on purpose, for all
+    for name in PUBLISHED:
+        assert set(host_ips(opened[name])) == {"0.0.0.0"}, name
+
+
+def test_kafka_advertises_its_host_listener_on_loopback(services):
+    listeners = services["kafka"]["environment"]["KAFKA_ADVERTISED_LISTENERS"].split(",")
+    assert "HOST://127.0.0.1:9094" in listeners
+
+
+def test_the_compose_gateway_passes_its_own_secure_start_check():
+    # It binds beyond loopback inside its container, so it is the gateway's own refusal that
+    # the required keys satisfy: built from its environment as compose resolves it.
+    env = resolved(REQUIRED_ENV)["gateway"]["environment"]
+    config = Settings.load(env={k: str(v) for k, v in env.items()}).gateway()
+    assert (config.host, config.allow_open) == ("0.0.0.0", False)
+    assert config.api_keys == {"sk-test": "tenantA"}
+
+
+def test_an_override_file_runs_the_compose_gateway_open_on_purpose(tmp_path):
+    # docs/deploy.md's recipe: the only way to a keyless compose gateway, and it is allowed.
+    override = tmp_path / "open.yml"
+    gateway_env = {"STEPWISE_API_KEYS": "", "STEPWISE_GATEWAY_ALLOW_OPEN": "1"}
+    override.write_text(yaml.safe_dump({"services": {"gateway": {"environment": gateway_env}}}))
+    proc = compose_config(env=REQUIRED_ENV, files=(override,))
+    assert proc.returncode == 0, proc.stderr
+    env = yaml.safe_load(proc.stdout)["services"]["gateway"]["environment"]
+    config = Settings.load(env={k: str(v) for k, v in env.items()}).gateway()
+    assert (config.api_keys, config.allow_open) == ({}, True)
+    assert "OPEN GATEWAY" in config.exposure_warning()
 
 
 # -- (2) the services ----------------------------------------------------------------------------

@@ -66,7 +66,8 @@ async def serving_gateway(config: PipelineConfig, gateway_config) -> AsyncIterat
     app = create_app(gateway_config)
     port = gateway_config.port
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    async with running_stack(config):
+    async with running_stack(config) as workers:
+        app.state.workers = workers  # for tests that reach a worker (its /metrics port)
         task = asyncio.create_task(server.serve())
         while not server.started:
             assert not task.done(), task.exception()

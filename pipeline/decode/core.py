@@ -22,7 +22,7 @@ from pipeline import schema
 from pipeline.cache import CACHEABLE_VERDICTS, SCOPES, Cache, CacheConfig, Scope, step_key
 from pipeline.config import PipelineConfig
 from pipeline.decode.driver import ReasoningDriver
-from pipeline.decode.messages import Inward, StepPut, Tick, TickStats
+from pipeline.decode.messages import Inward, StepPut, Tick, TickStats, TraceMark
 from pipeline.decode.reasoning import Note, ReasoningConfig
 from pipeline.decode.results import JobRun, finish, outward, token_events
 from pipeline.engine import Request
@@ -50,6 +50,7 @@ class DecodeCore:
         self.verdicts: list[schema.VerdictMessage] = []
         self.budgets: dict[str, schema.Budget] = {}
         self.runs: dict[str, JobRun] = {}
+        self.traced: set[str] = set()  # pending handoffs whose trace is sampled
         self.num_reprefills = 0
         self._stats = TickStats()
 
@@ -64,6 +65,7 @@ class DecodeCore:
 
     def take(self, msg: Inward) -> None:
         self.pending += msg.handoffs
+        self.traced.update(msg.traced)
         self.verdicts += msg.verdicts
         if msg.budgets is not None:
             self.budgets = msg.budgets
@@ -94,8 +96,10 @@ class DecodeCore:
         """Start the handoffs that came; one that cannot run here gets an error Result."""
         new, self.pending = self.pending, []
         for h in new:
+            traced = h.id in self.traced
+            self.traced.discard(h.id)
             try:
-                run, kv_ack = self._start(h)
+                run, kv_ack = self._start(h, out.marks if traced else None)
             except Exception as e:
                 log.exception("%s: cannot start", h.id)
                 out.results.append(error_result(h, e))
@@ -160,7 +164,11 @@ class DecodeCore:
 
     # -- starting a job ---------------------------------------------------------------------
 
-    def _start(self, h: schema.Handoff) -> tuple[JobRun, tuple[str, str] | None]:
+    def _start(
+        self, h: schema.Handoff, marks: list[TraceMark] | None = None
+    ) -> tuple[JobRun, tuple[str, str] | None]:
+        """The job live in the engine (its KV imported, or its prompt prefilled again) and the
+        KV buffer to ack; `marks`: where a traced job's import is reported."""
         engine, cfg = self.engine, self.config
         # The thinking budget: the stamped one, or the job's own max_tokens / max_steps if
         # tighter. Running out of it forces the answer; the engine's own limit sits above it,
@@ -187,18 +195,25 @@ class DecodeCore:
         params = handoff_params(h, limit)
         kv_ack = None
         seq = None
+        t0, failure = time.time_ns(), ""
         if h.kv is not None and engine.can_export_kv:
             try:
                 seq, kv_ack = self.kv.import_kv(engine, h, params), (h.kv.owner, h.kv.handle)
             except (TransferExpiredError, StepwiseError) as e:
                 log.info("%s: KV import failed (%s); prefilling again", h.id, e)
+                failure = f"{getattr(e, 'code', type(e).__name__)}: {e}"
         if seq is None:
             self.num_reprefills += 1
+            failure = failure or ("no KV handed off" if h.kv is None else "engine cannot import")
             seq = engine.add(Request(h.id, list(h.token_ids), params))
+        if marks is not None:
+            marks.append(kv_mark(h, t0, failure))
         driver = ReasoningDriver(engine, seq, reasoning)
         # The user's question, never the rendered template (older producers: the prompt).
         problem = h.problem or engine.tokenizer.decode(h.token_ids)
-        run = JobRun(h, driver, problem, self.verdict_stream, now_ms())
+        run = JobRun(h, driver, problem, self.verdict_stream, now_ms(), traced=marks is not None)
+        if run.traced:
+            driver.marks = []
         # Steps enter the step cache only with a verdict, under a key that holds the verify
         # mode: a job that verifies nothing can find none, so it never asks.
         if h.cache_key is not None and h.params.verify != "off":  # ingest: reproducible
@@ -288,6 +303,38 @@ class _Emitter:
         self.out.checks.extend(reqs)
         if run.step_key is not None:
             self.out.puts.extend(verified_steps(run, outs))
+        if run.traced:
+            self.out.marks.extend(trace_marks(run, outs))
+
+
+def trace_marks(run: JobRun, outs) -> list[TraceMark]:
+    """A traced job's moments in these outputs: its notes (steps, verdicts, backtracks) and
+    what its driver did that no note says (forced answers, early exits)."""
+    now, job = time.time_ns(), run.handoff.id
+    marks = []
+    for o in outs:
+        if isinstance(o, Note):
+            attrs = {"verdict": o.verdict, "detail": o.detail[:200] or None}
+            if o.kind == "step":
+                attrs["chars"] = len(o.text)
+            marks.append(
+                TraceMark(job, o.kind, now, o.step, 0, {k: v for k, v in attrs.items() if v})
+            )
+    if run.driver.marks:
+        marks += [TraceMark(job, kind, now, -1, 0, attrs) for kind, attrs in run.driver.marks]
+        run.driver.marks.clear()
+    return marks
+
+
+def kv_mark(h: schema.Handoff, start_ns: int, failure: str) -> TraceMark:
+    """A traced job's KV import: the transport, the bytes, and the fallback when it failed."""
+    attrs: dict[str, str | int | float | bool] = {
+        "transport": h.kv.transport if h.kv is not None else "none",
+        "bytes": h.kv.nbytes if h.kv is not None and not failure else 0,
+    }
+    if failure:
+        attrs.update(fallback="reprefill", reason=failure[:300])
+    return TraceMark(h.id, "kv_import", time.time_ns(), -1, start_ns, attrs)
 
 
 def error_result(h: schema.Handoff, e: Exception) -> schema.Result:

@@ -51,6 +51,13 @@ class ReasoningDriver:
         self.answer_room = len(tok.encode(widest, add_special_tokens=False)) + 2
         self.forced_until = 0  # the forced text's end: step ends inside it do not end the answer
         self._stops: tuple[int, ...] | None = None
+        # What it did to the sequence that no Note says (forced answers, early exits), for a
+        # traced job's spans: None (nothing kept) unless the job is traced.
+        self.marks: list[tuple[str, dict]] | None = None
+
+    def _mark(self, kind: str, **attrs) -> None:
+        if self.marks is not None:
+            self.marks.append((kind, attrs))
 
     @property
     def done(self) -> bool:
@@ -217,6 +224,7 @@ class ReasoningDriver:
         self.engine.append_tokens(seq.request_id, ids)
         self.num_appended += len(ids)
         self.forced_until = seq.num_tokens
+        self._mark("forced_answer", reason=self.reasoner.stop_reason or "budget", at=position)
         # The answer is decoded greedily, within a few tokens of what has been spent.
         spent = seq.num_output_tokens + seq.num_discarded_tokens
         self.engine.update_params(
@@ -268,6 +276,7 @@ class ReasoningDriver:
         ids = engine.tokenizer.encode(text, add_special_tokens=False)
         self.num_appended += len(ids)
         engine.finish_with(seq.request_id, ids, "early_exit")
+        self._mark("early_exit", answer=value, at=position)
 
     def _drop_probes(self) -> None:
         self.probe_answers.clear()

@@ -21,9 +21,11 @@ class Inward(msgspec.Struct, kw_only=True, omit_defaults=True):
     budgets: dict[str, schema.Budget] | None = None  # live limits per SLO class, when changed
     credits: int = 0  # Ticks the I/O side has published since the last message
     stop: bool = False  # the core finishes its loop and exits
+    traced: list[str] = []  # jobs among `handoffs` whose trace is sampled: the core marks them
 
     def merge(self, other: Inward) -> None:
         self.handoffs += other.handoffs
+        self.traced += other.traced
         self.verdicts += other.verdicts
         self.budgets = other.budgets if other.budgets is not None else self.budgets
         self.credits += other.credits
@@ -40,6 +42,20 @@ class StepPut(msgspec.Struct, array_like=True):
     before: list[str]
     text: str
     verdict: str
+
+
+class TraceMark(msgspec.Struct, array_like=True):
+    """A moment of a traced job, from which the I/O side builds its spans (docs/tracing.md):
+    `kv_import` (from `start_ns`), a `step` generated, a `verdict`, a `backtrack`, a
+    `forced_answer`, an `early_exit`. Times are wall-clock ns (the core may be another
+    process: both read the same clock)."""
+
+    id: str
+    kind: str
+    ts_ns: int
+    step: int = -1
+    start_ns: int = 0
+    attrs: dict[str, str | int | float | bool] = {}
 
 
 class TickStats(msgspec.Struct, kw_only=True):
@@ -63,6 +79,7 @@ class Tick(msgspec.Struct, kw_only=True):
     kv_acks: list[tuple[str, str]] = []  # (owner, handle) of KV buffers imported
     checks: list[schema.VerifyRequest] = []  # steps for the verify workers
     puts: list[StepPut] = []
+    marks: list[TraceMark] = []  # traced jobs only
     stats: TickStats = msgspec.field(default_factory=TickStats)
 
 

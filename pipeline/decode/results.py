@@ -27,6 +27,7 @@ class JobRun:
     emitted_tokens: int = 0  # output tokens already streamed as token events
     token_text: str = ""  # decoded text of the streamed tokens (for token deltas)
     splitter: StreamSplitter | None = None  # the format's split of the streamed text
+    traced: bool = False  # its trace is sampled: the core reports TraceMarks for it
 
     @property
     def seq(self) -> Sequence:

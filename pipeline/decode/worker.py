@@ -19,13 +19,13 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 
 from aiokafka import ConsumerRecord
-from opentelemetry.trace import Span
 
 from pipeline import schema, telemetry
 from pipeline.budget import SLO_CLASSES, BudgetReader
 from pipeline.bus import Ack
 from pipeline.cache import Cache, CacheConfig, Scope
 from pipeline.decode.core_client import CoreClient, make_core
+from pipeline.decode.job_trace import JobTrace
 from pipeline.decode.messages import Inward, Tick
 from pipeline.stage.engine_worker import EngineStageWorker
 from pipeline.tracing import spans
@@ -40,7 +40,7 @@ class DecodeWorker(EngineStageWorker):
 
     async def setup(self) -> None:
         self.jobs: dict[str, tuple[schema.Handoff, Ack]] = {}  # sent to the core, not done
-        self.spans: dict[str, Span] = {}  # each running job's decode span (tracing on)
+        self.traces: dict[str, JobTrace] = {}  # each running traced job's spans
         self.num_finishing = 0  # of those, jobs whose Result is made but not yet delivered
         self.num_runs = 0  # jobs in the engine (the core's last word)
         self.num_reprefills = 0  # handoffs whose KV could not be imported (the core's count)
@@ -96,9 +96,10 @@ class DecodeWorker(EngineStageWorker):
             return
         self.jobs[handoff.id] = (handoff, ack)
         span = spans.start_job_span("decode", handoff.id, record.headers)
-        if span.is_recording():
-            self.spans[handoff.id] = span
-        self.core.submit(Inward(handoffs=[handoff]))
+        traced = span.is_recording()
+        if traced:
+            self.traces[handoff.id] = JobTrace(span)
+        self.core.submit(Inward(handoffs=[handoff], traced=[handoff.id] if traced else []))
 
     def _on_tick(self, tick: Tick) -> None:
         """Event loop: a Tick from the core, to the publisher (its telemetry applied now)."""
@@ -115,6 +116,9 @@ class DecodeWorker(EngineStageWorker):
             telemetry.cache_hit("step", "l2")
         for _ in range(st.step_misses):
             telemetry.cache_miss("step")
+        for mark in tick.marks:  # before the tick's checks go out: they join their steps' spans
+            if (trace := self.traces.get(mark.id)) is not None:
+                trace.apply(mark)
         self.outbox.put_nowait(tick)
         if tick.results:  # jobs finished: room for more handoffs
             self.num_finishing += len(tick.results)
@@ -168,8 +172,9 @@ class DecodeWorker(EngineStageWorker):
 
     def _send_checks(self, checks: list[schema.VerifyRequest]) -> None:
         for req in checks:
-            span = self.spans.get(req.id)  # each check joins its job's trace
-            tasks.send(req, self.celery, spans.headers_of(span) if span is not None else None)
+            trace = self.traces.get(req.id)  # each check joins its step's span
+            headers = spans.headers_of(trace.parent_of_check(req.step)) if trace else None
+            tasks.send(req, self.celery, headers)
 
     async def _publish_tick(self, tick: Tick, done: set[str]) -> None:
         """A Tick's outputs, in order; `done` names the parts that went out (a retry after
@@ -202,20 +207,6 @@ class DecodeWorker(EngineStageWorker):
         if tick.results:
             await self._deliver(tick.results, done)
 
-    def _end_span(self, result: schema.Result) -> None:
-        span = self.spans.pop(result.id, None)
-        if span is None:
-            return
-        u, v = result.usage, result.verification
-        for i, step in enumerate(result.steps):  # the chain kept, one event a step
-            span.add_event("step", {"index": i, "verdict": step.verdict})
-        error = f"{result.error.code}: {result.error.message}" if result.error else None
-        spans.end(
-            span, error=error, status=result.status, stop_reason=result.budget.stop_reason,
-            steps=u.steps, backtracks=u.backtracks, completion_tokens=u.completion_tokens,
-            verification=v.status if v is not None else None,
-        )  # fmt: skip
-
     async def _deliver(self, results: list[schema.Result], done: set[str]) -> None:
         """A tick's Results: answers cached, then Results published, then jobs marked done and
         their handoffs acked; each step for all of them at once (three round trips a tick,
@@ -241,7 +232,8 @@ class DecodeWorker(EngineStageWorker):
         await asyncio.gather(*(self.state.mark_done(r.id, self.worker_id) for r, _, _ in jobs))
         self.num_finishing -= len(results)
         for result, _, ack in jobs:
-            self._end_span(result)
+            if (trace := self.traces.pop(result.id, None)) is not None:
+                trace.finish(result)
             telemetry.observe_result(result)
             del self.jobs[result.id]
             ack()

@@ -18,6 +18,8 @@ from pipeline.gateway.hub import Hub, JobLog, Subscription
 from pipeline.gateway.limits import RateLimiter
 from pipeline.gateway.settings import GatewayConfig
 from pipeline.topics import Topics
+from pipeline.tracing import setup as tracing_setup
+from pipeline.tracing import spans
 
 # OpenAI's error `type` per HTTP status (its clients read `code`, `message`, `type`, `param`).
 ERROR_TYPES = {
@@ -105,6 +107,7 @@ class Gateway:
         if not self.config.pipeline.kafka:
             raise StepwiseError("the gateway needs STEPWISE_KAFKA", code="no_services")
         telemetry.set_worker_info("gateway", self.config.model_name)  # its /metrics says who
+        tracing_setup.init_from_settings("gateway")
         self.producer = Producer(self.bus)
         await self.producer.start()
         await self.feed.start()
@@ -146,7 +149,17 @@ class Gateway:
         )
         self.hub.log_for(job.id).tenant = tenant  # before publishing: the events find an owner
         assert self.producer is not None, "Gateway.start() first"
-        await self.producer.send(self.topics.jobs, schema.encode(job), key=job.id)
+        # The job's trace starts here (ingest continues it from the record's traceparent).
+        span = spans.start_job_span("submit", job.id, tenant=tenant)
+        try:
+            await self.producer.send(
+                self.topics.jobs, schema.encode(job), key=job.id,
+                headers=spans.kafka_headers_of(span) or None,
+            )  # fmt: skip
+        except Exception as e:
+            spans.end(span, error=f"{type(e).__name__}: {e}")
+            raise
+        spans.end(span, outcome="published")
         return job
 
     async def submit_and_follow(self, job: schema.Job, tenant: str) -> Subscription:

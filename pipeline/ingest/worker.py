@@ -71,15 +71,21 @@ class IngestWorker(StageWorker):
                 ack()
                 return
             key = answer_key(job, job.model or self.config.model)
-            if key is not None and await self._answer_from_cache(job, key):
-                spans.end(span, outcome="cached")
-                ack()
-                return
+            if key is not None:
+                with spans.child(span, "cache.lookup", level="answer") as lookup:
+                    hit = await self._answer_from_cache(job, key)
+                    lookup.set_attribute("stepwise.hit", hit)
+                if hit:
+                    spans.end(span, outcome="cached")
+                    ack()
+                    return
             task = self.core.admit(job, now_ms())
             if key is not None:
                 task = msgspec.structs.replace(task, cache_key=key)
             accepted = schema.Event(id=job.id, seq=0, kind="accepted", ts_ms=task.admitted_ms)
-            partition = await self._warm_partition(task)
+            with spans.child(span, "cache.lookup", level="prefix") as lookup:
+                partition = await self._warm_partition(task)
+                lookup.set_attribute("stepwise.hit", partition is not None)
             headers = spans.kafka_headers_of(span)
             if partition is None:
                 await self.producer.send_many(

@@ -39,9 +39,12 @@ WORKER_STAGES = ("ingest", "prefill", "decode", "verify", "budget", "gateway")  
 LATENCY_STAGES = ("queue", "ingest", "prefill", "decode", "verify")  # what took the time
 CACHE_LEVELS = ("answer", "step", "prefix")
 CACHE_LAYERS = ("l1", "l2")  # l1: in-process LRU, l2: Redis
+# source / target: instances (`stage@host:pid`) of the traced call graph; bounded by the
+# deployment's processes, never by its jobs (docs/tracing.md).
 ALLOWED_LABELS = frozenset(
-    {"stage", "slo_class", "status", "stop_reason", "verdict", "level", "layer", "model"}
-)
+    {"stage", "slo_class", "status", "stop_reason", "verdict", "level", "layer", "model",
+     "source", "target"}
+)  # fmt: skip
 
 # -- buckets ---------------------------------------------------------------------------------
 
@@ -189,6 +192,18 @@ class Metrics:
             "stepwise_verify_check_duration_seconds", "Time one step check took.",
             buckets=CHECK_BUCKETS, registry=r,
         )  # fmt: skip
+        # Traced calls between instances (tracing on only): the anomaly-path graph's edges.
+        edge = ("source", "target")
+        self.calls = Histogram(
+            "stepwise_trace_call_seconds", "A traced call from one instance to another.",
+            edge, buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.call_errors = Counter(
+            "stepwise_trace_call_errors", "Traced calls that ended in error.", edge, registry=r
+        )
+        self.call_retries = Counter(
+            "stepwise_trace_call_retries", "Retries of traced calls.", edge, registry=r
+        )
         self.info = Info("stepwise_worker", "The stage and model this process serves.", registry=r)
         # Series with a closed label set start at 0, so rate() works before the first event.
         for verdict in VERDICTS:
@@ -291,6 +306,15 @@ class Metrics:
     def verify_check(self, verdict: str, seconds: float) -> None:
         self.checks.labels(_check(verdict, VERDICTS, "verdict")).inc()
         self.check_duration.observe(seconds)
+
+    def observe_call(
+        self, source: str, target: str, seconds: float, error: bool = False, retries: int = 0
+    ) -> None:
+        """One traced call of `target` by `source` (instances): its latency and outcome. The
+        error and retry series start at 0 with the edge, so their rates exist for it."""
+        self.calls.labels(source, target).observe(seconds)
+        self.call_errors.labels(source, target).inc(1 if error else 0)
+        self.call_retries.labels(source, target).inc(retries)
 
     def set_worker_info(self, stage: str, model: str = "") -> None:
         self.info.info({"stage": _check(stage, WORKER_STAGES, "stage"), "model": model})

@@ -60,6 +60,9 @@ METRIC_NAMES = (
     "stepwise_budget_version",
     "stepwise_verify_checks_total",
     "stepwise_verify_check_duration_seconds",
+    "stepwise_trace_call_seconds",
+    "stepwise_trace_call_errors_total",
+    "stepwise_trace_call_retries_total",
     "stepwise_worker_info",
 )
 
@@ -74,6 +77,7 @@ cache_hit = DEFAULT.cache_hit
 cache_miss = DEFAULT.cache_miss
 set_budget = DEFAULT.set_budget
 verify_check = DEFAULT.verify_check
+observe_call = DEFAULT.observe_call
 set_worker_info = DEFAULT.set_worker_info
 
 # -- serving -----------------------------------------------------------------------------------

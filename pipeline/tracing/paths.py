@@ -16,11 +16,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from pipeline.tracing.setup import instance_name
+
 RETRIES = "stepwise.retries"
 
 
 def node_of(span: dict) -> str:
-    return f"{span['service'].removeprefix('stepwise-')}@{span['host']}:{span['pid']}"
+    return instance_name(span["service"].removeprefix("stepwise-"), span["host"], span["pid"])
 
 
 def p99(values: list[float]) -> float:

@@ -23,6 +23,7 @@ from pipeline.tracing.store import FileSpanExporter
 
 TRACER_NAME = "stepwise"
 _provider: TracerProvider | None = None
+_instance = ""  # this process as a node of the anomaly-path graph: <stage>@<host>:<pid>
 _NOOP = trace.NoOpTracer()
 
 
@@ -30,7 +31,7 @@ def init_tracing(
     service: str, sample: float, trace_dir: str, otlp_endpoint: str = ""
 ) -> TracerProvider | None:
     """Build and install this process's provider; None (and nothing installed) at sample 0."""
-    global _provider
+    global _provider, _instance
     if _provider is not None:  # one per process (an in-process stack's workers share it)
         return _provider
     if not 0.0 <= sample <= 1.0:
@@ -58,6 +59,7 @@ def init_tracing(
             endpoint = endpoint.rstrip("/") + "/v1/traces"
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
     _provider = provider
+    _instance = instance_name(service, socket.gethostname(), os.getpid())
     return provider
 
 
@@ -67,6 +69,16 @@ def init_from_settings(service: str) -> TracerProvider | None:
 
     s = settings.current()
     return init_tracing(service, s["TRACE_SAMPLE"], s["TRACE_DIR"], s["OTLP_ENDPOINT"])
+
+
+def instance_name(service: str, host: str, pid: int) -> str:
+    """A node of the anomaly-path graph (paths.node_of reads a span's the same way)."""
+    return f"{service}@{host}:{pid}"
+
+
+def instance() -> str:
+    """This process's node name ("" when tracing is off)."""
+    return _instance
 
 
 def enabled() -> bool:
@@ -87,7 +99,8 @@ def flush(timeout_ms: int = 5000) -> None:
 
 
 def shutdown() -> None:
-    global _provider
+    global _provider, _instance
     if _provider is not None:
         _provider.shutdown()
         _provider = None
+        _instance = ""

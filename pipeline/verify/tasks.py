@@ -118,12 +118,15 @@ def verify_step(task, payload: str) -> None:
         return
     request = getattr(task, "request", None)
     carried = {h: request.get(h) for h in propagate.TRACE_HEADERS} if request is not None else {}
-    span = spans.start_job_span("verify", req.id, {k: v for k, v in carried.items() if v})
+    retries = getattr(request, "retries", 0) or 0
+    span = spans.start_job_span(
+        "verify", req.id, {k: v for k, v in carried.items() if v}, root=False
+    )
     _injected_delay()
     verdict = run_check(req)
     spans.end(
         span, step=req.step, verdict=verdict.verdict, reason=verdict.reason or None,
-        solver_ms=round(verdict.check_ms, 3), worker=verdict.worker,
+        solver_ms=round(verdict.check_ms, 3), worker=verdict.worker, retries=retries or None,
     )  # fmt: skip
     telemetry.verify_check(verdict.verdict, verdict.check_ms / 1000)
     _redis(task.app.conf.broker_url).xadd(

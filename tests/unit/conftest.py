@@ -22,3 +22,14 @@ def tiny_models(model_root) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def llama_dir(tiny_models) -> Path:
     return tiny_models["llama"]
+
+
+@pytest.fixture
+def span_store(tmp_path) -> Path:
+    """A fresh tracer (every job sampled) writing to a local span store in `tmp_path`."""
+    from pipeline.tracing import setup
+
+    setup.shutdown()
+    setup.init_tracing("test", 1.0, str(tmp_path))
+    yield tmp_path
+    setup.shutdown()

@@ -72,7 +72,22 @@ def exercise(m: Metrics) -> None:
         "batch", SimpleNamespace(max_thinking_tokens=256, max_steps=16, probe_effort=2, version=3)
     )
     m.verify_check("contradicted", 0.003)
+    m.observe_call("decode@h:1", "verify@h:2", 0.004, error=True, retries=1)
     m.set_worker_info("decode", "tiny-reasoner")
+
+
+def test_a_traced_call_is_an_edge_with_its_latency_errors_and_retries(m):
+    m.observe_call("decode@h:1", "verify@h:2", 0.3)
+    m.observe_call("decode@h:1", "verify@h:2", 0.02, error=True, retries=2)
+    edge = {"source": "decode@h:1", "target": "verify@h:2"}
+    assert value(m, "stepwise_trace_call_seconds_count", **edge) == 2
+    assert value(m, "stepwise_trace_call_seconds_bucket", le="0.025", **edge) == 1
+    assert value(m, "stepwise_trace_call_errors_total", **edge) == 1
+    assert value(m, "stepwise_trace_call_retries_total", **edge) == 2
+    # A call without errors still has the edge's error series, at 0: its rate exists.
+    m.observe_call("ingest@h:0", "prefill@h:3", 0.01)
+    healthy = {"source": "ingest@h:0", "target": "prefill@h:3"}
+    assert value(m, "stepwise_trace_call_errors_total", **healthy) == 0
 
 
 # -- observe_result ----------------------------------------------------------------------------

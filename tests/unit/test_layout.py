@@ -36,10 +36,11 @@ def test_no_module_is_longer_than_the_limit() -> None:
 def test_decode_has_its_named_rooms() -> None:
     rooms = {p.stem for p in (PIPELINE / "decode").glob("*.py")} - {"__init__"}
     # worker (I/O), core (engine loop) and how it is served and reached, the reasoning state
-    # machine and its vocabulary, the driver that applies it, the result builder.
+    # machine and its vocabulary, the driver that applies it, the result builder, a traced
+    # job's spans.
     assert rooms == {
         "worker", "messages", "core", "core_serve", "core_client",
-        "reasoning", "reasoning_types", "driver", "results",
+        "reasoning", "reasoning_types", "driver", "results", "job_trace",
     }  # fmt: skip
 
 

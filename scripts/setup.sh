@@ -41,6 +41,19 @@ if ! command -v docker-compose >/dev/null 2>&1; then
   fi
 fi
 
+# promtool (Debian's prometheus package) checks infra/alerts.yml and runs its rule tests
+# (tests/unit/test_alert_rules.py). The package starts a server on 9090: stopped, as for redis.
+if ! command -v promtool >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "[setup] installing prometheus (apt, for promtool)"
+    apt_install prometheus \
+      || echo "[setup] warning: could not install prometheus; tests/unit/test_alert_rules.py will fail" >&2
+    (service prometheus stop || systemctl stop prometheus) >/dev/null 2>&1 || true
+  else
+    echo "[setup] warning: promtool is missing (e.g. 'sudo apt-get install prometheus')" >&2
+  fi
+fi
+
 # chromium (Debian's) for the live page's browser test (tests/integration/test_gateway.py),
 # driven headless over the DevTools protocol: no driver, no browser download.
 if ! command -v chromium >/dev/null 2>&1; then

@@ -1,10 +1,14 @@
-"""infra/alerts.yml: well-formed Prometheus alerting rules on exported metrics, loaded by the
-compose Prometheus, each with its action (no Docker or promtool needed: a structural check,
-and every PromQL expression's brackets and metric names)."""
+"""infra/alerts.yml: well-formed Prometheus alerting and recording rules on exported metrics,
+loaded by the compose Prometheus, each alert with its action: a structural check, and
+`promtool` (Debian's `prometheus` package, installed by scripts/setup.sh) checking the file and
+running tests/unit/promtool/alerts_test.yml, where each alert fires in its corner and not beside
+it and the anomaly-path recording rules compute the edge weight."""
 
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import yaml
@@ -19,9 +23,20 @@ ACTIONS = {"circuit_break", "snapshot_paths"}
 DURATION = re.compile(r"^\d+[smh]$")
 
 
-def rules() -> list[dict]:
+def all_rules() -> list[dict]:
     doc = yaml.safe_load(ALERTS.read_text())
     return [r for g in doc["groups"] for r in g["rules"]]
+
+
+def rules() -> list[dict]:
+    """The alerting rules."""
+    return [r for r in all_rules() if "alert" in r]
+
+
+def promtool(*args: str) -> subprocess.CompletedProcess:
+    exe = shutil.which("promtool")
+    assert exe, "promtool is missing: scripts/setup.sh installs it (apt-get install prometheus)"
+    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=60)
 
 
 def balanced(expr: str) -> bool:
@@ -53,12 +68,27 @@ def test_every_rule_is_complete_and_names_its_action() -> None:
 
 def test_rules_query_only_exported_metrics() -> None:
     known = set(telemetry.METRIC_NAMES)
-    for r in rules():
+    recorded = {r["record"] for r in all_rules() if "record" in r}
+    assert recorded >= {"stepwise:call_p99_ms", "stepwise:call_edge_weight"}
+    for r in all_rules():
         names = set(METRIC.findall(r["expr"]))
-        assert names, r["alert"]
+        assert names or "record" in r, r
         for name in names:
             base = next((name.removesuffix(s) for s in SUFFIXES if name.endswith(s)), name)
-            assert base in known, (r["alert"], name)
+            assert base in known, (r.get("alert") or r["record"], name)
+        for name in re.findall(r"\bstepwise:[a-z0-9_]+", r["expr"]):
+            assert name in recorded, name  # a recording rule reads only what another records
+
+
+def test_promtool_accepts_the_rules() -> None:
+    out = promtool("check", "rules", str(ALERTS))
+    assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
+
+
+def test_alerts_fire_in_their_corners_and_the_edge_weight_is_the_formula() -> None:
+    cases = Path(__file__).parent / "promtool" / "alerts_test.yml"
+    out = promtool("test", "rules", str(cases))
+    assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
 
 
 def test_thresholds_are_the_documented_ones() -> None:

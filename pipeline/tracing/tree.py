@@ -5,8 +5,9 @@ from __future__ import annotations
 from pipeline.tracing.store import JOB_ID
 
 # Attributes worth a line's room (the rest are in --json).
-SHOWN = (JOB_ID, "stepwise.step", "stepwise.verdict", "stepwise.transport", "stepwise.bytes",
-         "stepwise.batch_size", "stepwise.solver_ms", "stepwise.fallback")  # fmt: skip
+SHOWN = (JOB_ID, "stepwise.index", "stepwise.step", "stepwise.verdict", "stepwise.level",
+         "stepwise.hit", "stepwise.transport", "stepwise.bytes", "stepwise.batch_size",
+         "stepwise.solver_ms", "stepwise.fallback", "stepwise.backtracks")  # fmt: skip
 
 
 def build(spans: list[dict]) -> list[dict]:

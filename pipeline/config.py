@@ -51,7 +51,7 @@ class EngineConfig:
             raise ValueError("step_delimiter must not be empty")
 
 
-KV_TRANSPORTS = ("shm_pool", "shm", "cuda_ipc")
+KV_TRANSPORTS = ("shm_pool", "shm", "cuda_ipc", "mooncake")
 
 
 @dataclass(slots=True)
@@ -66,8 +66,12 @@ class PipelineConfig:
     dtype: str = "auto"
     worker_id: str = ""  # default: <stage>-<host>-<pid>
     # shm_pool: decode copies blocks straight out of prefill's pool (one copy; CPU engines);
-    # shm: prefill copies them into a buffer, decode out of it; cuda_ipc: the same on a GPU.
+    # shm: prefill copies them into a buffer, decode out of it; cuda_ipc: the same on a GPU;
+    # mooncake: shm_pool's pool also served over Mooncake's transfer engine, so a decode worker
+    # on another host reads the blocks over TCP (docs/kv-transfer.md).
     kv_transport: str = "shm_pool"
+    mooncake_host: str = ""  # the address decode reaches prefill's engine at; empty: this host's
+    kv_read_timeout_ms: int = 2000  # decode: a remote KV read's deadline, then it re-prefills
     export_pool_mb: int = 512  # prefill: bytes of KV leased out at once (backpressure above)
     kv_lease_ms: int = 30_000  # prefill keeps an export this long unless the importer acks
     job_state_ttl_s: int = 24 * 3600  # dedupe / done markers in Redis
@@ -90,6 +94,8 @@ class PipelineConfig:
             raise ValueError(
                 f"kv_transport must be one of {', '.join(KV_TRANSPORTS)}, got {self.kv_transport!r}"
             )
+        if self.kv_read_timeout_ms < 1:
+            raise ValueError(f"kv_read_timeout_ms must be positive, got {self.kv_read_timeout_ms}")
         if self.export_pool_mb < 1 or self.max_prefill_batch < 1 or self.max_decode_seqs < 1:
             raise ValueError("pool size and batch sizes must be positive")
         if self.engine not in ("native", "vllm"):

@@ -87,7 +87,21 @@ VARS: tuple[Var, ...] = (
         _P.kv_transport,
         "pipeline",
         "prefill -> decode KV handoff",
-        choices=("shm_pool", "shm", "cuda_ipc"),
+        choices=("shm_pool", "shm", "cuda_ipc", "mooncake"),
+    ),
+    Var(
+        "MOONCAKE_HOST",
+        "",
+        "pipeline",
+        "KV_TRANSPORT mooncake: the address other hosts reach this worker's engine at; "
+        "empty: this host's",
+    ),
+    Var(
+        "KV_READ_TIMEOUT_MS",
+        str(_P.kv_read_timeout_ms),
+        "pipeline",
+        "decode: deadline of a remote (mooncake) KV read; past it the job is prefilled again",
+        int,
     ),
     Var(
         "EXPORT_POOL_MB",
@@ -234,6 +248,7 @@ ELSEWHERE = {
     "SKIP_VLLM": "scripts/setup.sh: skip the vLLM venv",
     "VLLM_VENV": "scripts/setup.sh: where the vLLM venv goes",
     "TORCH_VERSION": "scripts/setup.sh: the torch pinned",
+    "TEST_MOONCAKE": "tests: 1 fails the mooncake tests where the wheel is missing (else skip)",
     "BIND": "docker-compose.yml: the host address its published ports bind (127.0.0.1)",
 }
 

@@ -3,7 +3,8 @@
 Prompts arriving together are prefilled in one engine batch; each sequence is paused after its
 first token and its KV handed over (export.py): by default its blocks of the engine's
 shared-memory pool are pinned and the Handoff names them (decode copies them out in place);
-with the `shm` / `cuda_ipc` transports they are copied into a leased buffer instead. Either
+with `mooncake` they can also be read from another host over Mooncake's transfer engine; with
+the `shm` / `cuda_ipc` transports they are copied into a leased buffer instead. Either
 lives until the decode worker acks it or the lease expires. Unlike decode, a prefill export
 must be released: leases are reaped on every loop and released on shutdown, and when they are
 nearly all taken the worker pauses its partitions (or, for a job already taken, hands off
@@ -52,7 +53,7 @@ class PrefillWorker(EngineStageWorker):
     async def setup(self) -> None:
         c = self.config
         exporter = make_exporter(
-            c.kv_transport, self.worker_id, c.export_pool_mb << 20, c.kv_lease_ms
+            c.kv_transport, self.worker_id, c.export_pool_mb << 20, c.kv_lease_ms, c.mooncake_host
         )
         engine = await self.start_engine(
             c.max_prefill_batch, exporter.kv_storage, exporter.extra_kv_gb

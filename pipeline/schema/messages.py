@@ -119,7 +119,10 @@ class KVDescriptor(msgspec.Struct, kw_only=True):
 
     `shm_pool` lends blocks of the exporter's own pool in place instead of a buffer: `handle`
     names the pool's segment and the lease, `blocks` the sequence's block table there, and
-    `block_gens` the blocks' generations (a reader checks them; see transfer/shm_pool.py)."""
+    `block_gens` the blocks' generations (a reader checks them; see transfer/shm_pool.py).
+    With `session` set the same pool is also served by Mooncake's transfer engine there
+    (transfer/mooncake.py): a reader on another host reads those blocks from `pool_addr`, the
+    segment's address in the exporter, whose pool holds `pool_blocks` blocks."""
 
     transport: Literal["shm", "shm_pool", "cuda_ipc"]
     handle: Annotated[str, Meta(min_length=1, max_length=8192)]
@@ -134,6 +137,11 @@ class KVDescriptor(msgspec.Struct, kw_only=True):
     block_size: Positive | None = None  # shm_pool only, as are the two below
     blocks: Annotated[list[NonNeg], Meta(max_length=1 << 16)] | None = None
     block_gens: Annotated[list[int], Meta(max_length=1 << 16)] | None = None
+    # shm_pool served over Mooncake too: "host:port" of the exporter's transfer engine, and
+    # the segment's address and size in blocks there (virtual addresses fit 63 bits).
+    session: Annotated[str, Meta(pattern=r"^[A-Za-z0-9.:\[\]-]{1,253}:[0-9]{1,5}$")] | None = None
+    pool_addr: Annotated[int, Meta(gt=0, le=(1 << 63) - 1)] | None = None
+    pool_blocks: Annotated[int, Meta(ge=1, le=1 << 32)] | None = None
 
 
 class Handoff(PrefillTask, kw_only=True):

@@ -5,6 +5,8 @@
   own pool (one copy). The pins are bounded: the engine's pool is `export_pool_mb` bigger than
   a plain engine's, and pins never take more than that part, so prefill always has its usual
   room to work.
+* `mooncake`: `shm_pool`, and the pool also served by Mooncake's transfer engine, registered
+  once: a decode worker on another host reads the pinned blocks over the network (mooncake.py).
 * `BufferExporter` (`shm`, `cuda_ipc`): the sequence's KV is gathered into a leased buffer
   that decode copies out of (two copies, but the exporter's pool can live anywhere, a GPU's).
 
@@ -23,6 +25,7 @@ from pipeline.engine.outputs import KVStorage
 from pipeline.engine.sequence import Sequence
 from pipeline.transfer import ExportPool, ExportPoolFullError, get_transport
 from pipeline.transfer.base import dtype_name
+from pipeline.transfer.mooncake import MooncakeServer
 from pipeline.transfer.shm_pool import PinLeases, SharedKVPool
 
 log = logging.getLogger(__name__)
@@ -83,9 +86,14 @@ class BufferExporter:
 
 
 class PinnedExporter:
-    """Lends handed-off sequences' blocks of the engine's shared-memory pool in place."""
+    """Lends handed-off sequences' blocks of the engine's shared-memory pool in place, and
+    over Mooncake too when `mooncake_host` is given (None: same host only)."""
 
-    def __init__(self, owner: str, max_bytes: int, lease_ms: int) -> None:
+    def __init__(
+        self, owner: str, max_bytes: int, lease_ms: int, mooncake_host: str | None = None
+    ) -> None:
+        # The engine first: a missing wheel stops the worker now, before the model loads.
+        self.server = MooncakeServer(mooncake_host) if mooncake_host is not None else None
         self.owner = owner
         self.max_bytes = max_bytes
         self.shared = SharedKVPool()
@@ -93,6 +101,7 @@ class PinnedExporter:
         self.extra_kv_gb = max_bytes / 2**30  # the engine's pool grows by what pins may take
         self.leases = PinLeases(0, lease_ms)  # bounded once the engine exists (bind)
         self.bytes_per_block = 0
+        self.pool_blocks = 0
 
     def bind(self, engine: StepEngine) -> None:
         mc = engine.model_config  # type: ignore[attr-defined]
@@ -104,6 +113,9 @@ class PinnedExporter:
             engine.dtype,  # type: ignore[attr-defined]
         )
         self.leases.max_blocks = self.max_bytes // self.bytes_per_block
+        self.pool_blocks = engine.block_manager.num_blocks  # type: ignore[attr-defined]
+        if self.server is not None and self.shared.segment is not None:
+            self.server.serve(self.shared.address, self.shared.segment.size)
 
     def export(self, engine: StepEngine, seq: Sequence) -> schema.KVDescriptor | None:
         num_blocks = engine.block_manager.num_blocks_for(seq.num_computed_tokens)  # type: ignore[attr-defined]
@@ -112,6 +124,13 @@ class PinnedExporter:
             return None
         pinned = engine.pin_kv(seq.request_id)  # type: ignore[attr-defined]
         handle, expires = self.leases.add(self.shared.name, pinned.blocks)
+        remote = {}
+        if self.server is not None and self.server.address:
+            remote = dict(
+                session=self.server.session,
+                pool_addr=self.server.address,
+                pool_blocks=self.pool_blocks,
+            )
         return _descriptor(
             engine,
             seq,
@@ -123,6 +142,7 @@ class PinnedExporter:
             block_size=engine.config.block_size,
             blocks=pinned.blocks,
             block_gens=pinned.generations,
+            **remote,
         )
 
     def release(self, engine: StepEngine, acked: list[str]) -> None:
@@ -135,13 +155,19 @@ class PinnedExporter:
 
     def close(self) -> None:
         # Readers may still map the segment: unlinking only drops its name (their copies
-        # finish); a stale handle then fails to attach, and decode prefills again.
+        # finish); a stale handle then fails to attach, and decode prefills again. Remote
+        # readers fail to reach the engine once it is gone (their reads fail at once).
+        if self.server is not None:
+            self.server.close()
         self.shared.close()
 
 
 def make_exporter(
-    transport: str, owner: str, max_bytes: int, lease_ms: int
+    transport: str, owner: str, max_bytes: int, lease_ms: int, mooncake_host: str = ""
 ) -> BufferExporter | PinnedExporter:
-    if transport == "shm_pool":
-        return PinnedExporter(owner, max_bytes, lease_ms)
+    """`mooncake_host`: the address remote readers reach this worker's engine at (empty: this
+    host's); used by transport `mooncake` only."""
+    if transport in ("shm_pool", "mooncake"):
+        host = mooncake_host if transport == "mooncake" else None
+        return PinnedExporter(owner, max_bytes, lease_ms, host)
     return BufferExporter(transport, owner, max_bytes, lease_ms)

@@ -1,69 +1,175 @@
 """How a decode worker takes a sequence's KV from a handoff: copy the lent blocks straight out
-of the prefill worker's shared pool (`shm_pool`), or out of a leased buffer (`shm`,
-`cuda_ipc`), into its own engine's pool. The counterpart of kv_export.py.
+of the prefill worker's shared pool (`shm_pool`), read them over Mooncake when that pool is on
+another host (`mooncake`), or copy out of a leased buffer (`shm`, `cuda_ipc`), into its own
+engine's pool. The counterpart of kv_export.py.
 
-A failure raises TransferExpiredError (the buffer or the blocks are gone, or were reused while
-they were read) or a StepwiseError; decode then prefills the prompt again.
+A failure raises TransferExpiredError (the buffer or the blocks are gone, were reused while
+they were read, or a remote read passed its deadline) or a StepwiseError; decode then prefills
+the prompt again. `KVImporter.last` says what the last import did, for metrics and traces.
 """
 
 from __future__ import annotations
 
-from pipeline import schema
+import time
+from dataclasses import dataclass
+
+import torch
+
+from pipeline import schema, settings
+from pipeline.config import PipelineConfig
 from pipeline.engine import KVBlocks, KVExport
 from pipeline.engine.backend import StepEngine
 from pipeline.engine.sampling_params import SamplingParams
 from pipeline.engine.sequence import Sequence
+from pipeline.errors import StepwiseError
 from pipeline.transfer import KVHandle, TransferExpiredError, get_transport
 from pipeline.transfer.base import dtype_itemsize, torch_dtype
+from pipeline.transfer.mooncake import MooncakeReader
 from pipeline.transfer.shm_pool import PoolReader, segment_of
+
+
+@dataclass(slots=True)
+class ImportRecord:
+    """What one `import_kv` did."""
+
+    transport: str  # how the bytes came: shm_pool | mooncake | shm | cuda_ipc
+    nbytes: int  # the handoff's KV bytes
+    ms: float = 0.0  # wall time of the import, failed or not
+    error: str | None = None  # the error's code when it failed (then decode prefills again)
+    reason: str = ""  # and its message
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
 
 
 class KVImporter:
     """Reads whichever transport a handoff names (a prefill worker may be set up differently
-    from this one): `kv_transport`'s copying transport for buffers, shared pools in place."""
+    from this one): `kv_transport`'s copying transport for buffers, shared pools in place, or
+    over Mooncake when the pool is not on this host. `kv_transport="mooncake"` reads every
+    pool that Mooncake serves over Mooncake, even one on this host (and needs the wheel now).
 
-    def __init__(self, kv_transport: str) -> None:
-        self.transport = get_transport("shm" if kv_transport == "shm_pool" else kv_transport)
+    `mooncake_host` / `read_timeout_ms`: None takes the process's settings."""
+
+    def __init__(
+        self,
+        kv_transport: str,
+        *,
+        mooncake_host: str | None = None,
+        read_timeout_ms: int | None = None,
+    ) -> None:
+        copying = "shm" if kv_transport in ("shm_pool", "mooncake") else kv_transport
+        self.transport = get_transport(copying)
         self.pool_reader = PoolReader()
+        if mooncake_host is None:
+            mooncake_host = str(settings.current()["MOONCAKE_HOST"] or "")
+        if read_timeout_ms is None:
+            read_timeout_ms = int(settings.current()["KV_READ_TIMEOUT_MS"])  # type: ignore[arg-type]
+        self.mooncake_host, self.read_timeout_ms = mooncake_host, read_timeout_ms
+        self.remote_first = kv_transport == "mooncake"
+        self._mooncake: MooncakeReader | None = None
+        if self.remote_first:
+            self._mooncake = MooncakeReader(self.mooncake_host, self.read_timeout_ms)
+        self.last: ImportRecord | None = None
+
+    @classmethod
+    def from_config(cls, config: PipelineConfig) -> KVImporter:
+        return cls(
+            config.kv_transport,
+            mooncake_host=config.mooncake_host,
+            read_timeout_ms=config.kv_read_timeout_ms,
+        )
+
+    def route(self, d: schema.KVDescriptor) -> str:
+        """The transport this handoff's KV comes by: a pool served over Mooncake too is read
+        in place when it is on this host, unless this importer reads remotely first."""
+        if d.transport != "shm_pool" or d.session is None:
+            return d.transport
+        if self.remote_first or d.pool_blocks is None:
+            return "mooncake"
+        return (
+            "shm_pool"
+            if self.pool_reader.holds(segment_of(d.handle), d.pool_blocks)
+            else "mooncake"
+        )
 
     def import_kv(self, engine: StepEngine, h: schema.Handoff, params: SamplingParams) -> Sequence:
         """The handoff's sequence, live in `engine` with its KV in place."""
         d = h.kv
         assert d is not None
-        if d.transport == "shm_pool":
-            return self._import_blocks(engine, h, d, params)
+        t0 = time.perf_counter()
+        record = self.last = ImportRecord(d.transport, d.nbytes)
+        try:
+            record.transport = self.route(d)
+            if record.transport == "mooncake":
+                return self._import_remote(engine, h, d, params)
+            if record.transport == "shm_pool":
+                return self._import_blocks(engine, h, d, params)
+            return self._import_buffer(engine, h, d, params)
+        except Exception as e:
+            record.error = e.code if isinstance(e, StepwiseError) else "internal"
+            record.reason = str(e)
+            raise
+        finally:
+            record.ms = (time.perf_counter() - t0) * 1000
+
+    def _import_buffer(
+        self, engine: StepEngine, h: schema.Handoff, d: schema.KVDescriptor, params: SamplingParams
+    ) -> Sequence:
         # The buffer holds whole blocks of the exporter's size: its token count follows from
         # its bytes; the first d.num_tokens of them are the sequence's.
         per_token = d.num_layers * 2 * d.num_kv_heads * d.head_dim * dtype_itemsize(d.dtype)
         shape = (d.num_layers, 2, d.num_kv_heads, d.nbytes // per_token, d.head_dim)
         handle = KVHandle(d.transport, d.handle, shape, d.dtype, d.nbytes, d.owner, d.expires_ms)
         with self.transport.attach(handle) as buf:
-            export = KVExport(
-                h.id, [*h.token_ids, h.first_token], len(h.token_ids),
-                buf[:, :, :, : d.num_tokens], h.seed,
-            )  # fmt: skip
-            return engine.import_kv(export, params)  # type: ignore[attr-defined]
+            return engine.import_kv(_export(h, buf[:, :, :, : d.num_tokens]), params)  # type: ignore[attr-defined]
 
     def _import_blocks(
         self, engine: StepEngine, h: schema.Handoff, d: schema.KVDescriptor, params: SamplingParams
     ) -> Sequence:
         """Copy the prefill worker's pinned blocks straight out of its shared pool."""
-        if d.blocks is None or d.block_gens is None or d.block_size is None:
-            raise TransferExpiredError("an shm_pool handoff without its blocks")
-        name = segment_of(d.handle)
-        block_shape = (d.num_layers, 2, d.num_kv_heads, d.block_size, d.head_dim)
+        blocks, gens, block_shape = _lent(d)
         seq = None
         try:
             with self.pool_reader.read(
-                name, torch_dtype(d.dtype), block_shape, d.blocks, d.block_gens
+                segment_of(d.handle), torch_dtype(d.dtype), block_shape, blocks, gens
             ) as pool:
-                export = KVExport(
-                    h.id, [*h.token_ids, h.first_token], len(h.token_ids),
-                    KVBlocks(pool, list(d.blocks), d.num_tokens), h.seed,
-                )  # fmt: skip
-                seq = engine.import_kv(export, params)  # type: ignore[attr-defined]
+                seq = engine.import_kv(_export(h, KVBlocks(pool, blocks, d.num_tokens)), params)  # type: ignore[attr-defined]
         except TransferExpiredError:
             if seq is not None:  # copied, but the blocks were reused meanwhile: torn
                 engine.abort(seq.request_id)
             raise
         return seq
+
+    def _import_remote(
+        self, engine: StepEngine, h: schema.Handoff, d: schema.KVDescriptor, params: SamplingParams
+    ) -> Sequence:
+        """Read the pinned blocks over Mooncake into the staging pool, then import from it
+        (the generations were checked after the read: what is staged is the handoff's)."""
+        blocks, gens, block_shape = _lent(d)
+        if d.session is None or d.pool_addr is None or d.pool_blocks is None:
+            raise TransferExpiredError("a mooncake handoff without its session")
+        if self._mooncake is None:  # a pool on another host, read for the first time
+            self._mooncake = MooncakeReader(self.mooncake_host, self.read_timeout_ms)
+        pool = self._mooncake.read(
+            d.session, d.pool_addr, d.pool_blocks, torch_dtype(d.dtype), block_shape, blocks, gens
+        )
+        staged = KVBlocks(pool, list(range(len(blocks))), d.num_tokens)
+        return engine.import_kv(_export(h, staged), params)  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        self.pool_reader.close()
+        if self._mooncake is not None:
+            self._mooncake.close()
+
+
+def _lent(d: schema.KVDescriptor) -> tuple[list[int], list[int], tuple[int, int, int, int, int]]:
+    """A pool handoff's blocks, their generations, and one block's shape."""
+    if d.blocks is None or d.block_gens is None or d.block_size is None:
+        raise TransferExpiredError("a pool handoff without its blocks")
+    block_shape = (d.num_layers, 2, d.num_kv_heads, d.block_size, d.head_dim)
+    return list(d.blocks), list(d.block_gens), block_shape
+
+
+def _export(h: schema.Handoff, kv: KVBlocks | torch.Tensor) -> KVExport:
+    return KVExport(h.id, [*h.token_ids, h.first_token], len(h.token_ids), kv, h.seed)

@@ -36,7 +36,8 @@ _FMT = "<Iq"  # magic, num_blocks
 _ALIGN = 4096
 
 
-def _data_offset(num_blocks: int) -> int:
+def data_offset(num_blocks: int) -> int:
+    """Where the pool starts in a segment of `num_blocks` blocks (after header, generations)."""
     return -(-(HEADER + 8 * num_blocks) // _ALIGN) * _ALIGN
 
 
@@ -51,6 +52,7 @@ class SharedKVPool:
     def __init__(self) -> None:
         self.segment: shared_memory.SharedMemory | None = None
         self._mapping: tuple[object, object] | None = None
+        self.address = 0  # of the segment's mapping here (what a transfer engine registers)
 
     @property
     def name(self) -> str:
@@ -63,7 +65,7 @@ class SharedKVPool:
     ) -> tuple[torch.Tensor, MutableSequence[int]]:
         if self.segment is not None:
             raise RuntimeError("one engine per shared pool")
-        offset = _data_offset(num_blocks)
+        offset = data_offset(num_blocks)
         seg = shared_memory.SharedMemory(
             name=f"{segment_tag()}pool_{secrets.token_hex(4)}",
             create=True,
@@ -72,6 +74,7 @@ class SharedKVPool:
         struct.pack_into(_FMT, seg.buf, 0, _MAGIC, num_blocks)
         self.segment = seg
         kv = torch.frombuffer(seg.buf, dtype=dtype, count=numel, offset=offset)
+        self.address = kv.data_ptr() - offset
         return kv, _generations(seg, num_blocks)
 
     def close(self) -> None:
@@ -97,6 +100,16 @@ class PoolReader:
     def __init__(self, max_attached: int = 8) -> None:
         self._attached = Attachments(max_attached)
 
+    def holds(self, name: str, num_blocks: int) -> bool:
+        """Whether pool segment `name` of `num_blocks` blocks can be mapped here (prefill on this
+        host, in this IPC namespace); else a transport across hosts has to bring its blocks."""
+        try:
+            seg = self._attached.get(name)
+        except TransferExpiredError:
+            return False
+        magic, blocks = struct.unpack_from(_FMT, seg.buf, 0)
+        return magic == _MAGIC and blocks == num_blocks
+
     @contextmanager
     def read(
         self,
@@ -112,7 +125,7 @@ class PoolReader:
         magic, num_blocks = struct.unpack_from(_FMT, seg.buf, 0)
         layers, two, kvh, bs, d = block_shape
         numel = layers * two * kvh * num_blocks * bs * d
-        offset = _data_offset(num_blocks)
+        offset = data_offset(num_blocks)
         if magic != _MAGIC or offset + numel * dtype.itemsize > seg.size:
             raise TransferExpiredError(f"KV segment {name} is not a pool of this shape")
         if len(blocks) != len(generations) or any(not 0 <= b < num_blocks for b in blocks):

@@ -1,4 +1,4 @@
-"""KV handoff bandwidth: shared-memory handoffs vs a plain memcpy of the same bytes.
+"""KV handoff bandwidth: shared-memory handoffs vs a plain memcpy, Mooncake vs a TCP socket.
 
     python bench/kv_handoff.py [--model smollm2] [--tokens 512] [--dtype float32] [--repeats 20]
 
@@ -10,8 +10,18 @@ Two transports, both from a prefill engine whose pool lives in shared memory:
   * shm: gather the blocks into a leased buffer, then scatter the buffer into the other
     engine's pool (two copies).
 Baseline = `dst.copy_(src)` of the same number of bytes between two preallocated tensors,
-measured in the same run. The last line is one JSON object; `handoff_vs_memcpy` is shm_pool's
-scattered figure (the conservative one).
+measured in the same run.
+
+And across hosts, where the Mooncake engine imports (else skipped, said so): `mooncake`, what a
+decode worker on another host does. A second process maps the prefill engine's pool segment and
+serves it, with Mooncake's transfer engine (TCP) and with a plain TCP socket, on loopback; this
+process reads the pinned blocks over Mooncake into its staging pool (generations read before
+and after, as decode does; "+ import": then into the other engine's pool), and, as the
+baseline, receives the same number of bytes (whole blocks) from the socket: one `sendall` of
+that many bytes of the segment there, `recv_into` one preallocated buffer here.
+
+The last line is one JSON object; `handoff_vs_memcpy` is shm_pool's scattered figure (the
+conservative one), `mooncake_vs_socket` the ratio of Mooncake's bandwidth to the socket's.
 """
 
 from __future__ import annotations
@@ -19,16 +29,44 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import statistics
+import struct
+import subprocess
+import sys
+import textwrap
 import time
 
 import torch
 
 from pipeline.engine import Engine, EngineConfig, Request, SamplingParams
 from pipeline.engine.prepare import resolve_model
+from pipeline.transfer import mooncake
 from pipeline.transfer.base import ExportPool
 from pipeline.transfer.shm import ShmTransport
-from pipeline.transfer.shm_pool import PoolReader, SharedKVPool
+from pipeline.transfer.shm_pool import PoolReader, SharedKVPool, data_offset
+
+# The serving process: maps the pool segment, serves it over Mooncake and over a TCP socket
+# (a request is 16 bytes: offset, length; the reply is those bytes of the segment).
+SERVER = textwrap.dedent(
+    """
+    import json, socket, struct, sys, torch
+    from pipeline.transfer.mooncake import MooncakeServer
+    from pipeline.transfer.shm import Attachments
+    seg = Attachments().get(sys.argv[1])
+    address = torch.frombuffer(seg.buf, dtype=torch.uint8).data_ptr()
+    server = MooncakeServer("127.0.0.1")
+    server.serve(address, seg.size)
+    listener = socket.create_server(("127.0.0.1", 0))
+    print(json.dumps({"session": server.session, "addr": address,
+                      "port": listener.getsockname()[1]}), flush=True)
+    conn, _ = listener.accept()
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    while len(req := conn.recv(16, socket.MSG_WAITALL)) == 16:
+        offset, length = struct.unpack("<qq", req)
+        conn.sendall(seg.buf[offset : offset + length])
+    """
+)
 
 
 def timed(fn, repeats: int) -> float:
@@ -40,6 +78,64 @@ def timed(fn, repeats: int) -> float:
         fn()
         samples.append(time.perf_counter() - t)
     return statistics.median(samples)
+
+
+def across_hosts(src: Engine, dst: Engine, shared: SharedKVPool, repeats: int) -> dict | None:
+    """Seconds of a Mooncake read of the pinned blocks, of that read + import, and of a socket
+    copy of as many bytes, all over loopback from a serving process; None without Mooncake."""
+    if not mooncake.available():
+        return None
+    server = subprocess.Popen(
+        [sys.executable, "-c", SERVER, shared.name],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,  # the engine logs every connection
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
+    pinned = src.pin_kv("h")
+    reader = mooncake.MooncakeReader("127.0.0.1", timeout_ms=60_000)
+    try:
+        assert server.stdout is not None
+        hello = json.loads(server.stdout.readline())
+        layers, two, kvh, num_blocks, bs, d = src.kv_cache.kv.shape
+        block_shape = (layers, two, kvh, bs, d)
+        nb = len(pinned.blocks)
+        staged = list(range(nb))
+
+        def read():
+            return reader.read(
+                hello["session"], hello["addr"], num_blocks, src.dtype, block_shape,
+                pinned.blocks, pinned.generations,
+            )  # fmt: skip
+
+        def read_import():
+            dst.kv_cache.import_blocks(staged, read(), staged)
+
+        nbytes = nb * src.kv_cache.bytes_per_block(layers, bs, kvh, d, src.dtype)
+        sock = socket.create_connection(("127.0.0.1", hello["port"]))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        into = memoryview(bytearray(nbytes))
+        request = struct.pack("<qq", data_offset(num_blocks), nbytes)  # from the pool's start
+
+        def socket_copy():
+            sock.sendall(request)
+            got = 0
+            while got < nbytes:
+                got += sock.recv_into(into[got:], nbytes - got)
+
+        out = {
+            "bytes": nbytes,
+            "socket_s": timed(socket_copy, repeats),
+            "mooncake_s": timed(read, repeats),
+            "mooncake_import_s": timed(read_import, repeats),
+        }
+        sock.close()
+        return out
+    finally:
+        reader.close()
+        src.unpin_kv(pinned.blocks)
+        server.kill()
+        server.wait()
 
 
 def main() -> None:
@@ -107,6 +203,7 @@ def main() -> None:
     export_s = timed(export_only, args.repeats)
     pooled_s = timed(pooled(dst_blocks), args.repeats)
     scattered_s = timed(pooled(scattered), args.repeats)
+    remote = across_hosts(src, dst, shared, args.repeats)
     pool.close()
     reader.close()
     shared.close()
@@ -125,6 +222,30 @@ def main() -> None:
     for name, sec in rows:
         print(f"{name:<28}{sec * 1e3:9.2f} ms {gbps(sec):8.2f} GB/s  {memcpy_s / sec:5.2f}x memcpy")
     print(f"handoff (shm_pool, scattered) / memcpy bandwidth: {ratio:.2f}")
+    figures: dict[str, float | None] = dict.fromkeys(
+        ("socket_gbps", "mooncake_gbps", "mooncake_import_gbps", "mooncake_vs_socket")
+    )
+    if remote is None:
+        print("mooncake: skipped (the engine does not import here: scripts/setup.sh)")
+    else:
+        rb, sock_s = remote["bytes"], remote["socket_s"]
+        rgbps = lambda s: rb / s / 1e9  # noqa: E731
+        print(f"across processes on loopback, {rb / 1e6:.1f} MB (whole blocks):")
+        for name, sec in (
+            ("socket copy (baseline)", sock_s),
+            ("mooncake read", remote["mooncake_s"]),
+            ("mooncake read + import", remote["mooncake_import_s"]),
+        ):
+            print(
+                f"{name:<28}{sec * 1e3:9.2f} ms {rgbps(sec):8.2f} GB/s  {sock_s / sec:5.2f}x socket"
+            )
+        print(f"mooncake / socket bandwidth: {sock_s / remote['mooncake_s']:.2f}")
+        figures = {
+            "socket_gbps": round(rgbps(sock_s), 3),
+            "mooncake_gbps": round(rgbps(remote["mooncake_s"]), 3),
+            "mooncake_import_gbps": round(rgbps(remote["mooncake_import_s"]), 3),
+            "mooncake_vs_socket": round(sock_s / remote["mooncake_s"], 3),
+        }
     print(
         json.dumps(
             {
@@ -139,6 +260,7 @@ def main() -> None:
                 "shm_pool_runs_vs_memcpy": round(memcpy_s / pooled_s, 3),
                 "handoff_gbps": round(gbps(scattered_s), 3),
                 "handoff_vs_memcpy": round(ratio, 3),
+                **figures,
                 "load_avg": round(load, 2),
             }
         )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from dataclasses import dataclass
 
 import msgspec
 from redis import Redis as SyncRedis
@@ -27,6 +28,7 @@ from pipeline.decode.reasoning import Note, ReasoningConfig
 from pipeline.decode.results import JobRun, finish, outward, token_events
 from pipeline.engine import Request
 from pipeline.engine.backend import StepEngine
+from pipeline.engine.sequence import Sequence
 from pipeline.errors import StepwiseError
 from pipeline.stage.sampling import handoff_params
 from pipeline.stage.worker import now_ms
@@ -41,7 +43,7 @@ class DecodeCore:
         self.engine = engine
         self.config = config
         self.verdict_stream = verdict_stream  # where this worker's verdicts come back
-        self.kv = KVImporter(config.kv_transport)
+        self.kv = KVImporter.from_config(config)
         self.cache = Cache(None, CacheConfig(key_prefix=config.topic_prefix))  # type: ignore[arg-type]
         # Cached steps are looked up here, at step boundaries: a blocking GET with a short
         # timeout (a slow Redis only means the step is generated instead).
@@ -133,6 +135,10 @@ class DecodeCore:
                         run.driver.reasoner.update_budget(
                             budget.max_thinking_tokens, budget.max_steps
                         )
+                    if run.reprefill_from_ns is not None and run.seq.num_output_tokens:
+                        # The prompt prefilled again, its first token out: what it cost.
+                        run.reprefill_ms = (time.monotonic_ns() - run.reprefill_from_ns) / 1e6
+                        run.reprefill_from_ns = None
                     emit.events.extend(token_events(run, emit.tokenizer, emit.now_ms))
                     emit(run, run.driver.advance(now_s))
                     live.append(run)
@@ -193,25 +199,17 @@ class DecodeCore:
         limit = thinking + reasoning.answer_tokens + 32  # (room for the forcing text too)
         limit = max(1, min(limit, engine.max_model_len - len(h.token_ids)))
         params = handoff_params(h, limit)
-        kv_ack = None
-        seq = None
-        t0, failure = time.time_ns(), ""
-        if h.kv is not None and engine.can_export_kv:
-            try:
-                seq, kv_ack = self.kv.import_kv(engine, h, params), (h.kv.owner, h.kv.handle)
-            except (TransferExpiredError, StepwiseError) as e:
-                log.info("%s: KV import failed (%s); prefilling again", h.id, e)
-                failure = f"{getattr(e, 'code', type(e).__name__)}: {e}"
-        if seq is None:
-            self.num_reprefills += 1
-            failure = failure or ("no KV handed off" if h.kv is None else "engine cannot import")
-            seq = engine.add(Request(h.id, list(h.token_ids), params))
+        t0 = time.time_ns()
+        seq, kv_ack, kv = self._import(h, params)
         if marks is not None:
-            marks.append(kv_mark(h, t0, failure))
+            marks.append(kv_mark(h, t0, kv))
         driver = ReasoningDriver(engine, seq, reasoning)
         # The user's question, never the rendered template (older producers: the prompt).
         problem = h.problem or engine.tokenizer.decode(h.token_ids)
         run = JobRun(h, driver, problem, self.verdict_stream, now_ms(), traced=marks is not None)
+        run.kv_import_ms = kv.ms if kv.transport != "none" else None
+        if kv.outcome == "reprefill":
+            run.reprefill_from_ns = time.monotonic_ns()
         if run.traced:
             driver.marks = []
         # Steps enter the step cache only with a verdict, under a key that holds the verify
@@ -219,6 +217,34 @@ class DecodeCore:
         if h.cache_key is not None and h.params.verify != "off":  # ingest: reproducible
             run.step_key = step_key(h.model, h.token_ids, h.premises, h.params)
         return run, kv_ack
+
+    def _import(
+        self, h: schema.Handoff, params
+    ) -> tuple[Sequence, tuple[str, str] | None, KVOutcome]:
+        """The handoff's sequence with its KV imported, or its prompt prefilled again when the
+        KV cannot come (no KV handed off, a transfer that failed or ran past its deadline),
+        counted for the worker's metrics; the buffer to ack; what happened."""
+        engine = self.engine
+        if h.kv is not None and engine.can_export_kv:
+            try:
+                seq = self.kv.import_kv(engine, h, params)
+                rec = self.kv.last
+                kv = KVOutcome(rec.transport if rec else h.kv.transport, "imported",
+                               rec.ms if rec else 0.0, h.kv.nbytes)  # fmt: skip
+                self._stats.kv_imports.append((kv.transport, kv.outcome, kv.ms / 1000))
+                return seq, (h.kv.owner, h.kv.handle), kv
+            except (TransferExpiredError, StepwiseError) as e:
+                log.info("%s: KV import failed (%s); prefilling again", h.id, e)
+                rec = self.kv.last
+                kv = KVOutcome(rec.transport if rec else h.kv.transport, "reprefill",
+                               rec.ms if rec else 0.0, 0, f"{e.code}: {e}")  # fmt: skip
+        elif h.kv is not None:  # an engine that cannot import (vLLM): by design, not a failure
+            kv = KVOutcome(h.kv.transport, "reprefill", 0.0, 0, "engine cannot import")
+        else:  # prefill's export pool was full: it sent the job on without KV
+            kv = KVOutcome("none", "reprefill", 0.0, 0, "no KV handed off")
+        self.num_reprefills += 1
+        self._stats.kv_imports.append((kv.transport, kv.outcome, kv.ms / 1000))
+        return engine.add(Request(h.id, list(h.token_ids), params)), None, kv
 
     # -- the step cache ---------------------------------------------------------------------
 
@@ -326,14 +352,23 @@ def trace_marks(run: JobRun, outs) -> list[TraceMark]:
     return marks
 
 
-def kv_mark(h: schema.Handoff, start_ns: int, failure: str) -> TraceMark:
+@dataclass(frozen=True, slots=True)
+class KVOutcome:
+    """How a job's KV came: its transport (as read: `mooncake` for a pool read remotely;
+    `none` without a handoff's KV), imported or prefilled again, how long, why not."""
+
+    transport: str
+    outcome: str  # imported | reprefill
+    ms: float
+    nbytes: int
+    reason: str = ""
+
+
+def kv_mark(h: schema.Handoff, start_ns: int, kv: KVOutcome) -> TraceMark:
     """A traced job's KV import: the transport, the bytes, and the fallback when it failed."""
-    attrs: dict[str, str | int | float | bool] = {
-        "transport": h.kv.transport if h.kv is not None else "none",
-        "bytes": h.kv.nbytes if h.kv is not None and not failure else 0,
-    }
-    if failure:
-        attrs.update(fallback="reprefill", reason=failure[:300])
+    attrs: dict[str, str | int | float | bool] = {"transport": kv.transport, "bytes": kv.nbytes}
+    if kv.outcome == "reprefill":
+        attrs.update(fallback="reprefill", reason=kv.reason[:300])
     return TraceMark(h.id, "kv_import", time.time_ns(), -1, start_ns, attrs)
 
 

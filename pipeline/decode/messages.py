@@ -69,6 +69,7 @@ class TickStats(msgspec.Struct, kw_only=True):
     kv_total: int = 0
     num_runs: int = 0  # jobs in the engine after the tick
     num_reprefills: int = 0  # handoffs whose KV could not be imported (so far)
+    kv_imports: list[tuple[str, str, float]] = []  # (transport, imported|reprefill, seconds)
 
 
 class Tick(msgspec.Struct, kw_only=True):

@@ -28,6 +28,9 @@ class JobRun:
     token_text: str = ""  # decoded text of the streamed tokens (for token deltas)
     splitter: StreamSplitter | None = None  # the format's split of the streamed text
     traced: bool = False  # its trace is sampled: the core reports TraceMarks for it
+    kv_import_ms: float | None = None  # the KV import (or the failed try before a re-prefill)
+    reprefill_from_ns: int | None = None  # KV not imported: prefilling again since (monotonic)
+    reprefill_ms: float | None = None  # how long that took, to the first token
 
     @property
     def seq(self) -> Sequence:
@@ -159,7 +162,7 @@ def finish(
             queue_ms=max(0, h.admitted_ms - h.created_ms) if h.created_ms else None,
             ttft_ms=max(0, run.started_ms - start),
             e2e_ms=max(0, now_ms - start),
-            stages={"prefill": h.prefill_ms, "decode": max(0, now_ms - run.started_ms)},
+            stages=decode_stages(run, h, now_ms),
         ),
         budget=schema.BudgetReport(
             limit=r.max_thinking_tokens or seq.params.max_tokens,
@@ -170,6 +173,17 @@ def finish(
         ts_ms=now_ms,
     )
     return events, result
+
+
+def decode_stages(run: JobRun, h: schema.Handoff, now_ms: int) -> dict[str, float]:
+    """The Result's per-stage times: prefill, decode, and within decode the KV import and,
+    when the KV could not come, the prefill done again."""
+    stages = {"prefill": float(h.prefill_ms), "decode": float(max(0, now_ms - run.started_ms))}
+    if run.kv_import_ms is not None:
+        stages["kv_import"] = round(run.kv_import_ms, 3)
+    if run.reprefill_ms is not None:
+        stages["reprefill"] = round(run.reprefill_ms, 3)
+    return stages
 
 
 def step_record(step, fmt) -> schema.StepRecord:

@@ -135,6 +135,8 @@ class DecodeWorker(EngineStageWorker):
             telemetry.cache_hit("step", "l2")
         for _ in range(st.step_misses):
             telemetry.cache_miss("step")
+        for transport, outcome, seconds in st.kv_imports:
+            telemetry.observe_kv_import(transport, outcome, seconds)
         for mark in tick.marks:  # before the tick's checks go out: they join their steps' spans
             if (trace := self.traces.get(mark.id)) is not None:
                 trace.apply(mark)

@@ -38,12 +38,14 @@ STOP_REASONS: tuple[str, ...] = typing.get_args(
 WORKER_STAGES = ("ingest", "prefill", "decode", "verify", "budget", "gateway")  # who exports
 LATENCY_STAGES = ("queue", "ingest", "prefill", "decode", "verify")  # what took the time
 CACHE_LEVELS = ("answer", "step", "prefix")
+KV_TRANSPORTS = ("shm_pool", "shm", "cuda_ipc", "mooncake", "none")  # as a handoff's KV came
+KV_OUTCOMES = ("imported", "reprefill")
 CACHE_LAYERS = ("l1", "l2")  # l1: in-process LRU, l2: Redis
 # source / target: instances (`stage@host:pid`) of the traced call graph; bounded by the
 # deployment's processes, never by its jobs (docs/tracing.md).
 ALLOWED_LABELS = frozenset(
     {"stage", "slo_class", "status", "stop_reason", "verdict", "level", "layer", "model",
-     "source", "target"}
+     "source", "target", "transport", "outcome"}
 )  # fmt: skip
 
 # -- buckets ---------------------------------------------------------------------------------
@@ -192,6 +194,15 @@ class Metrics:
             "stepwise_verify_check_duration_seconds", "Time one step check took.",
             buckets=CHECK_BUCKETS, registry=r,
         )  # fmt: skip
+        # KV handoffs on decode's side: imported, or prefilled again
+        self.kv_imports = Counter(
+            "stepwise_kv_imports", "Handoffs decode took, by transport and outcome.",
+            ("transport", "outcome"), registry=r,
+        )  # fmt: skip
+        self.kv_import_time = Histogram(
+            "stepwise_kv_import_seconds", "Time a KV import took (or failed in).",
+            ("transport",), buckets=CHECK_BUCKETS, registry=r,
+        )  # fmt: skip
         # Traced calls between instances (tracing on only): the anomaly-path graph's edges.
         edge = ("source", "target")
         self.calls = Histogram(
@@ -213,6 +224,9 @@ class Metrics:
             self.claims.labels(name)
         for status in COVERAGE_STATUSES:
             self.coverage.labels(status)
+        for transport in KV_TRANSPORTS:
+            for outcome in KV_OUTCOMES:
+                self.kv_imports.labels(transport, outcome)
         for level in CACHE_LEVELS:
             self.cache_misses.labels(level)
             for layer in CACHE_LAYERS:
@@ -306,6 +320,13 @@ class Metrics:
     def verify_check(self, verdict: str, seconds: float) -> None:
         self.checks.labels(_check(verdict, VERDICTS, "verdict")).inc()
         self.check_duration.observe(seconds)
+
+    def observe_kv_import(self, transport: str, outcome: str, seconds: float) -> None:
+        """One handoff taken by decode: how its KV came (or that it was prefilled again)."""
+        transport = _or_other(transport, KV_TRANSPORTS)
+        self.kv_imports.labels(transport, _check(outcome, KV_OUTCOMES, "outcome")).inc()
+        if transport != "none":
+            self.kv_import_time.labels(transport).observe(seconds)
 
     def observe_call(
         self, source: str, target: str, seconds: float, error: bool = False, retries: int = 0

@@ -60,6 +60,8 @@ METRIC_NAMES = (
     "stepwise_budget_version",
     "stepwise_verify_checks_total",
     "stepwise_verify_check_duration_seconds",
+    "stepwise_kv_imports_total",
+    "stepwise_kv_import_seconds",
     "stepwise_trace_call_seconds",
     "stepwise_trace_call_errors_total",
     "stepwise_trace_call_retries_total",
@@ -78,6 +80,7 @@ cache_miss = DEFAULT.cache_miss
 set_budget = DEFAULT.set_budget
 verify_check = DEFAULT.verify_check
 observe_call = DEFAULT.observe_call
+observe_kv_import = DEFAULT.observe_kv_import
 set_worker_info = DEFAULT.set_worker_info
 
 # -- serving -----------------------------------------------------------------------------------

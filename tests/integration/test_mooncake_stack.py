@@ -61,6 +61,9 @@ async def test_greedy_jobs_over_mooncake_give_the_tokens_of_shm_pool(
             assert (served is not None) == (transport == "mooncake")
         assert set(results) == {j.id for j in jobs}
         assert all(len(results[j.id]) == 1 and results[j.id][0].status == "ok" for j in jobs)
+        # Each Result says how long its import took, and that nothing was prefilled again.
+        stages = [results[j.id][0].timings.stages for j in jobs]
+        assert all(s["kv_import"] > 0 and "reprefill" not in s for s in stages), stages
         texts[transport] = [results[j.id][0].text for j in jobs]
         forget_answers(redis_url, topics.prefix)
     assert texts["mooncake"] == texts["shm_pool"]
@@ -89,5 +92,8 @@ async def test_handoffs_whose_exporter_is_gone_are_prefilled_again(
         _, results = await run_jobs(config, jobs, timeout_s=180)
         assert decode.num_reprefills == len(jobs)
     assert all(len(results[j.id]) == 1 and results[j.id][0].status == "ok" for j in jobs)
+    # The failed try and the prefill that replaced it are both in each Result's timings.
+    stages = [results[j.id][0].timings.stages for j in jobs]
+    assert all("kv_import" in s and s["reprefill"] > 0 for s in stages), stages
     counts = await count_results(kafka_bootstrap, topics.prefix)
     assert {j.id: counts.get(j.id) for j in jobs} == {j.id: 1 for j in jobs}

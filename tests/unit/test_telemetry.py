@@ -73,7 +73,22 @@ def exercise(m: Metrics) -> None:
     )
     m.verify_check("contradicted", 0.003)
     m.observe_call("decode@h:1", "verify@h:2", 0.004, error=True, retries=1)
+    m.observe_kv_import("mooncake", "imported", 0.012)
     m.set_worker_info("decode", "tiny-reasoner")
+
+
+def test_kv_imports_count_by_transport_and_outcome(m):
+    m.observe_kv_import("mooncake", "imported", 0.012)
+    m.observe_kv_import("mooncake", "reprefill", 2.0)
+    m.observe_kv_import("none", "reprefill", 0.0)
+    m.observe_kv_import("carrier-pigeon", "imported", 0.5)  # from the wire: "other"
+    assert value(m, "stepwise_kv_imports_total", transport="mooncake", outcome="reprefill") == 1
+    assert value(m, "stepwise_kv_imports_total", transport="none", outcome="reprefill") == 1
+    assert value(m, "stepwise_kv_imports_total", transport="other", outcome="imported") == 1
+    assert value(m, "stepwise_kv_import_seconds_count", transport="mooncake") == 2
+    assert value(m, "stepwise_kv_imports_total", transport="shm_pool", outcome="imported") == 0
+    with pytest.raises(ValueError):
+        m.observe_kv_import("shm_pool", "lost", 0.1)
 
 
 def test_a_traced_call_is_an_edge_with_its_latency_errors_and_retries(m):

@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from pipeline import schema
-from pipeline.decode.core import kv_mark, trace_marks
+from pipeline.decode.core import KVOutcome, kv_mark, trace_marks
 from pipeline.decode.job_trace import JobTrace
 from pipeline.decode.messages import Inward, TraceMark
 from pipeline.decode.reasoning import Check, Note
@@ -76,8 +76,10 @@ def test_steps_backtracks_and_checks_make_one_tree(folder):
 def test_a_failed_import_is_an_error_span_and_the_job_goes_on(folder):
     trace = JobTrace(spans.start_job_span("decode", "j2"))
     h = schema_samples.handoff()
-    mark = kv_mark(msgspec.structs.replace(h, id="j2"), spans.now_ns(), "transfer_expired: gone")
+    failed = KVOutcome("mooncake", "reprefill", 2000.0, 0, "transfer_timeout: gone")
+    mark = kv_mark(msgspec.structs.replace(h, id="j2"), spans.now_ns(), failed)
     assert mark.attrs["fallback"] == "reprefill" and mark.attrs["bytes"] == 0
+    assert mark.attrs["transport"] == "mooncake"
     trace.apply(mark)
     trace.finish(msgspec.structs.replace(schema_samples.result(), id="j2"))
     got = {s["name"]: s for s in stored(folder, "j2")}

@@ -55,19 +55,22 @@ class Producer:
         """Queue a record; the returned future resolves when the broker acknowledges it."""
         return await self._p.send(topic, value, key=key.encode() if key is not None else None)
 
-    async def send_batch_later(
-        self, topic: str, items: list[tuple[str, bytes]] | list[tuple[str, bytes, list]]
-    ) -> list[asyncio.Future]:
+    async def send_batch_later(self, topic: str, items: list[tuple]) -> list[asyncio.Future]:
         """Queue keyed (key, value) records as one batch per partition, each on the partition
-        `send` would pick for its key, in order; the futures resolve when their batches are
-        acknowledged. Many small records (a decode step's events) cost a fraction of one
-        `send_later` each: no future, no accumulator lookup per record."""
+        `send` would pick for its key (or the one it names), in order; the futures resolve
+        when their batches are acknowledged. Many small records (a decode step's events) cost a
+        fraction of one `send_later` each: no future, no accumulator lookup per record."""
         parts = sorted(await self._p.partitions_for(topic))
         by_part: dict[int, list[tuple[bytes, bytes, list]]] = {}
-        for item in items:  # (key, value) or (key, value, headers: the trace context)
+        # (key, value), (key, value, headers: the trace context), or (key, value, headers,
+        # partition: placement's choice, None for the key's)
+        for item in items:
             k = item[0].encode()
             hdrs = item[2] if len(item) > 2 else []
-            by_part.setdefault(self._partitioner(k, parts, parts), []).append((k, item[1], hdrs))
+            part = item[3] if len(item) > 3 and item[3] in parts else None
+            if part is None:
+                part = self._partitioner(k, parts, parts)
+            by_part.setdefault(part, []).append((k, item[1], hdrs))
         futures = []
         for part, records in by_part.items():
             batch = self._p.create_batch()

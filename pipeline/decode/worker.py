@@ -90,7 +90,11 @@ class DecodeWorker(EngineStageWorker):
         if self.loop is not None and self.loop.consumer is not None:
             parts = tuple(sorted(tp.partition for tp in self.loop.consumer.assignment()))
             kv_free = 1.0 - self.kv_used / total if total else 1.0
-            load = DecodeLoad(self.worker_id, parts, self.room(), kv_free, now_ms())
+            # Slots free in its running batch: a job placed beyond it waits behind the batch
+            # here while another worker may have slots idle.
+            free = self.config.max_decode_seqs - (len(self.jobs) - self.num_finishing)
+            free = free if self.room() > 0 else min(free, -1)  # paused: a last resort
+            load = DecodeLoad(self.worker_id, parts, free, kv_free, now_ms())
             await publish_load(self.redis, self.config.topic_prefix, load)
 
     def room(self) -> int:

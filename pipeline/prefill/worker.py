@@ -31,6 +31,7 @@ from pipeline.engine import Request
 from pipeline.engine.sequence import Sequence
 from pipeline.errors import StepwiseError
 from pipeline.stage.engine_worker import EngineStageWorker
+from pipeline.stage.placement import Placer, pin, read_loads
 from pipeline.stage.sampling import sampling_params
 from pipeline.tracing import spans
 from pipeline.transfer.kv_export import make_exporter
@@ -65,7 +66,10 @@ class PrefillWorker(EngineStageWorker):
         # Prefix routing: this worker's prompt blocks are warm in its prefix cache for a while.
         self.cache = Cache(self.redis, CacheConfig(key_prefix=c.topic_prefix))
         self.publishing: set[asyncio.Task] = set()  # batches whose handoffs are going out
+        # Decode placement: each handoff to the decode worker with room (stage/placement.py).
+        self.placer = Placer()
         self._tasks.append(asyncio.create_task(self._prefill_loop()))
+        self._tasks.append(asyncio.create_task(self._placement_loop()))
 
     def should_pause(self) -> bool:
         return self.exporter.nearly_full() or self.pending.qsize() >= 4 * (
@@ -76,6 +80,26 @@ class PrefillWorker(EngineStageWorker):
         task = schema.decode(record.value or b"", schema.PrefillTask)
         span = spans.start_job_span("prefill", task.id, record.headers)
         await self.pending.put(_Pending(task, ack, time.perf_counter(), span))
+
+    async def _placement_loop(self) -> None:
+        """The decode workers' loads, twice a second (a hint: a failed read keeps the last)."""
+        while not self.halting:
+            try:
+                self.placer.update(await read_loads(self.redis, self.config.topic_prefix))
+            except Exception:  # Redis trouble: placement falls back to the job key's partition
+                log.debug("reading decode loads failed", exc_info=True)
+            await asyncio.sleep(0.5)
+
+    async def _place(self, job_ids: list[str]) -> list[int | None]:
+        """Each handoff's partition: the decode worker with room, as first placed (a job's
+        handoff sent again goes where the first went); None: the job key's partition."""
+        now = int(time.time() * 1000)
+        choices = [(job_id, self.placer.place(job_id, now)) for job_id in job_ids]
+        try:  # (kept even when it is the key's: a decode worker may join before a redelivery)
+            return await pin(self.redis, self.config.topic_prefix, choices)
+        except Exception:  # Redis trouble: the key's partition, as before placement
+            log.warning("keeping placements failed; handoffs go by their key", exc_info=True)
+            return [None] * len(job_ids)
 
     async def _release_acked(self) -> None:
         acked = await self.state.take_kv_acks(self.worker_id)
@@ -139,7 +163,11 @@ class PrefillWorker(EngineStageWorker):
             p.span.set_attribute("stepwise.batch_size", len(batch))
             p.span.set_attribute("stepwise.transport", kv.transport if kv else "none")
             p.span.set_attribute("stepwise.bytes", kv.nbytes if kv else 0)
-        records = [(h.id, schema.encode(h), spans.kafka_headers_of(p.span)) for p, h in ok]
+        parts = await self._place([h.id for _, h in ok])
+        records = []
+        for (p, h), partition in zip(ok, parts, strict=True):
+            p.span.set_attribute("stepwise.placed", partition is not None)
+            records.append((h.id, schema.encode(h), spans.kafka_headers_of(p.span), partition))
         delay = 0.1
         while True:  # broker trouble: retry, as decode does (decode drops a repeated handoff)
             try:

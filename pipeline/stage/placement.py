@@ -1,15 +1,20 @@
 """Decode placement: a handoff goes to a decode worker with room, not only to its key's partition.
 
 Each decode worker says, about once a second, which `handoff` partitions it consumes and how much
-room it has (sequences it can take before it pauses, share of its KV pool free) in a Redis key of
-its own that expires when it stops saying so. A prefill worker reads them every half second and
+room it has (running slots free, share of its KV pool free) in a Redis key of its own that
+expires when it stops saying so. A prefill worker reads them every half second and
 sends each handoff to a partition of the worker with the most room, counting what it sent there
 since that worker's last report (so a batch spreads instead of landing on one worker). With no
 reports, one decode worker, or stale reports, the key's partition is used as before: placement is
 a hint, never a condition. Prefix routing (ingest -> a warm prefill worker) is unchanged; this
 is the next hop.
 
-Plain logic (`Placer`) plus the Redis reads and writes (`publish_load`, `read_loads`).
+A job's first placement is kept (`pin`): a handoff sent again for the same job (its prefill
+task redelivered after a prefill worker died) goes to the same partition, so the decode worker
+that may already run it is the one that sees the second copy and drops it: exactly one Result,
+as with key partitioning.
+
+Plain logic (`Placer`) plus the Redis reads and writes (`publish_load`, `read_loads`, `pin`).
 """
 
 from __future__ import annotations
@@ -21,6 +26,10 @@ from collections.abc import Iterable
 import msgspec
 
 LOAD_TTL_S = 5  # a worker that stopped reporting drops out after this
+# How long a job's first placement is kept: far past when its prefill task could be redelivered
+# (a dead prefill worker's group session times out in seconds), short enough that a busy
+# stack's pins stay small in Redis (one short key per job).
+PIN_TTL_S = 3600
 STALE_MS = 3_000  # a report older than this is not trusted for placement
 
 
@@ -29,9 +38,14 @@ class DecodeLoad(msgspec.Struct, frozen=True, array_like=True):
 
     worker: str
     partitions: tuple[int, ...]
-    room: int  # sequences it takes before pausing its partitions, minus those it holds
+    # Running slots free now: its batch size less the jobs it holds (negative: that many wait
+    # beyond its batch, in its engine's queue, until it pauses its partitions).
+    room: int
     kv_free: float  # share of its engine's KV pool free (1.0 when it cannot tell)
     ts_ms: int
+
+
+KEY = -1  # a pinned "the key's partition"
 
 
 def load_key(prefix: str, worker: str) -> str:
@@ -40,6 +54,10 @@ def load_key(prefix: str, worker: str) -> str:
 
 def members_key(prefix: str) -> str:
     return f"{prefix}decode_workers"
+
+
+def pin_key(prefix: str, job_id: str) -> str:
+    return f"{prefix}placed:{job_id}"
 
 
 class Placer:
@@ -111,3 +129,24 @@ async def read_loads(redis, prefix: str) -> list[DecodeLoad]:
     if gone:
         await redis.srem(members_key(prefix), *gone)
     return loads
+
+
+async def pin(
+    redis, prefix: str, choices: list[tuple[str, int | None]], ttl_s: int = PIN_TTL_S
+) -> list[int | None]:
+    """Each job's partition as first placed: `choices` (job id, partition or None for the
+    key's) are kept where a job has none yet, and a job placed before keeps its first choice.
+    One round trip for a batch (SET NX GET)."""
+    async with redis.pipeline(transaction=False) as pipe:
+        for job_id, part in choices:
+            value = KEY if part is None else part
+            pipe.set(pin_key(prefix, job_id), value, nx=True, get=True, ex=ttl_s)
+        before = await pipe.execute()
+    out: list[int | None] = []
+    for (_, part), old in zip(choices, before, strict=True):
+        if old is None:  # first placement: ours
+            out.append(part)
+        else:
+            first = int(old)
+            out.append(None if first == KEY else first)
+    return out

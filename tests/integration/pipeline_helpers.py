@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator
-
-from aiokafka import AIOKafkaConsumer
 
 from pipeline import schema
 from pipeline.client import StepwiseClient
 from pipeline.config import PipelineConfig
 from pipeline.decode.worker import DecodeWorker
 from pipeline.ingest.worker import IngestWorker
+from pipeline.local.faults import count_results
 from pipeline.prefill.worker import PrefillWorker
+
+__all__ = ["count_results", "run_jobs", "running_stack", "serving_gateway", "stack_config"]
 
 
 def stack_config(kafka: str, redis: str, topics, **overrides) -> PipelineConfig:
@@ -27,9 +27,10 @@ def stack_config(kafka: str, redis: str, topics, **overrides) -> PipelineConfig:
 
 
 @contextlib.asynccontextmanager
-async def running_stack(config: PipelineConfig) -> AsyncIterator[list]:
-    """The three Kafka stages running on `config` until the block ends (then drained)."""
-    workers = [IngestWorker(config), PrefillWorker(config), DecodeWorker(config)]
+async def running_stack(config: PipelineConfig, workers: list | None = None) -> AsyncIterator[list]:
+    """The three Kafka stages running on `config` (or the given workers) until the block ends
+    (then drained)."""
+    workers = workers or [IngestWorker(config), PrefillWorker(config), DecodeWorker(config)]
     tasks = [asyncio.create_task(w.run()) for w in workers]
     ready = [asyncio.create_task(w.ready.wait()) for w in workers]
     try:
@@ -97,24 +98,3 @@ async def run_jobs(config: PipelineConfig, jobs, extra=(), timeout_s=240, on_mes
             if on_message is not None:
                 on_message(msg)
     return events, results
-
-
-async def count_results(kafka: str, prefix: str) -> dict[str, int]:
-    """Every Result on the topic, by job id (duplicates show up as counts > 1)."""
-    consumer = AIOKafkaConsumer(
-        f"{prefix}results", bootstrap_servers=kafka, auto_offset_reset="earliest"
-    )
-    await consumer.start()
-    counts: dict[str, int] = {}
-    try:
-        quiet_since = time.monotonic()
-        while time.monotonic() - quiet_since < 3.0:  # read until 3 s without a new record
-            batch = await consumer.getmany(timeout_ms=500)
-            for recs in batch.values():
-                for r in recs:
-                    key = r.key.decode()
-                    counts[key] = counts.get(key, 0) + 1
-                    quiet_since = time.monotonic()
-    finally:
-        await consumer.stop()
-    return counts

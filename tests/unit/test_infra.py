@@ -33,6 +33,7 @@ DATASOURCES = ROOT / "infra" / "grafana" / "provisioning" / "datasources"
 
 WORKERS = ("ingest", "prefill", "decode", "verify", "budget", "gateway")
 GPU_WORKERS = ("prefill-gpu", "decode-gpu")
+MULTIHOST_WORKERS = ("prefill-mc", "decode-mc")  # the `mooncake` profile (test_compose_multihost)
 SERVICES = {"kafka", "redis", "topics", "prometheus", "grafana", *WORKERS, *GPU_WORKERS}
 # What `docker-compose config` (and `up`) refuses to run without; STEPWISE_BIND is optional.
 REQUIRED_ENV = {"GRAFANA_ADMIN_PASSWORD": "test-only", "STEPWISE_API_KEYS": "sk-test:tenantA"}
@@ -230,7 +231,7 @@ def test_expected_services_exist(services):
 
 def test_every_worker_runs_the_one_image_with_its_services(services):
     workers = {n: s for n, s in services.items() if worker_name(s)}
-    assert set(workers) == {*WORKERS, *GPU_WORKERS}
+    assert set(workers) == {*WORKERS, *GPU_WORKERS, *MULTIHOST_WORKERS}
     cpu = {n: s for n, s in workers.items() if n in WORKERS}
     cpu_builds = {json.dumps(s["build"], sort_keys=True) for s in cpu.values()}
     assert len(cpu_builds) == 1, "the CPU workers must share one build"
@@ -305,7 +306,7 @@ def test_dockerfile_installs_cpu_torch_first_and_runs_unprivileged():
     text = (ROOT / "infra" / "Dockerfile").read_text()
     assert re.search(r"^FROM python:3\.11-slim\b", text, re.M)
     assert "download.pytorch.org/whl/cpu" in text
-    assert text.index("torch==") < text.index("pip install .")
+    assert text.index("torch==") < text.index('pip install ".')
     assert re.search(r"^USER (?!root)\S+", text, re.M)
     for copied in re.findall(r"^COPY (\S+) ", text, re.M):
         assert (ROOT / copied).exists(), copied

@@ -183,6 +183,16 @@ class EmbeddedService(ABC):
     async def astop(self, timeout: float = STOP_TIMEOUT_S) -> None:
         await asyncio.to_thread(self.stop, timeout)
 
+    async def arestart(self, timeout: float = START_TIMEOUT_S) -> None:
+        """SIGKILL (as a crash would) and start again on the same port, so its clients find it
+        where they left it; an in-memory service comes back empty (pipeline/local/faults.py)."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        self._fixed_port = self.port  # clients know this port now: never move it
+        await self.astart(timeout)
+
     def _log_tail(self, n: int = 20) -> str:
         try:
             lines = self.log_path.read_text(errors="replace").splitlines()[-n:]

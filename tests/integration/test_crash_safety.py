@@ -10,16 +10,13 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
-import sys
-import time
 import uuid
 
 import pytest
 
 from pipeline import schema
 from pipeline.client import StepwiseClient
-from pipeline.local import services
+from pipeline.local.workers import WorkerProcesses, engine_core_pid, gone
 from tests.integration.pipeline_helpers import count_results
 
 pytestmark = pytest.mark.slow
@@ -27,51 +24,9 @@ pytestmark = pytest.mark.slow
 NUM_JOBS = 10
 
 
-class Workers:
-    """Worker processes of one test, sharing its topics; all stopped at the end."""
-
-    def __init__(self, kafka: str, redis: str, prefix: str, tmp_path):
-        self.env = {
-            **os.environ,
-            "STEPWISE_KAFKA": kafka,
-            "STEPWISE_REDIS": redis,
-            "STEPWISE_TOPIC_PREFIX": prefix,
-            "STEPWISE_MODEL": "tiny-reasoner",
-            "STEPWISE_DTYPE": "float32",
-            "OMP_NUM_THREADS": "1",
-            "PYTHONPATH": os.getcwd(),
-        }
-        self.tmp_path = tmp_path
-        self.procs: list[subprocess.Popen] = []
-
-    def start(self, name: str) -> subprocess.Popen:
-        log = open(self.tmp_path / f"{name}-{len(self.procs)}.log", "wb")  # noqa: SIM115
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "pipeline.cli", "worker", name],
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        self.procs.append(proc)
-        return proc
-
-    def stop_all(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-        for p in self.procs:
-            p.wait(timeout=30)
-
-    def logs(self) -> str:
-        return "\n".join(
-            f"--- {f.name}\n{f.read_text(errors='replace')[-3000:]}"
-            for f in sorted(self.tmp_path.glob("*.log"))
-        )
-
-
 @pytest.fixture
 def workers(kafka_bootstrap, redis_url, topics, tmp_path, verify_worker):
-    w = Workers(kafka_bootstrap, redis_url, topics.prefix, tmp_path)
+    w = WorkerProcesses(kafka_bootstrap, redis_url, topics.prefix, tmp_path)
     yield w
     w.stop_all()
 
@@ -113,29 +68,6 @@ def check_every_job_once(counts: dict[str, int], batch, workers) -> None:
     missing = [j.id for j in batch if j.id not in counts]
     dupes = {k: n for k, n in counts.items() if n > 1}
     assert not missing and not dupes, f"missing={missing} dupes={dupes}\n{workers.logs()}"
-
-
-def engine_core_pid(worker: subprocess.Popen, timeout_s: float = 60) -> int:
-    """Decode's engine core: the process its worker started with multiprocessing."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if cores := services.spawned_children(worker.pid):
-            return cores[0]
-        time.sleep(0.1)
-    raise AssertionError("the decode worker started no engine core process")
-
-
-def gone(pid: int, timeout_s: float = 10) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":  # dead, not yet reaped
-                    return True
-        except FileNotFoundError:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 @pytest.mark.parametrize("victim", ["decode", "prefill"])

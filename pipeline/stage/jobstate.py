@@ -11,9 +11,14 @@
 
 from __future__ import annotations
 
+import logging
 from enum import Enum
 
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+log = logging.getLogger(__name__)
 
 
 class Admission(Enum):
@@ -54,5 +59,12 @@ class JobState:
             await p.execute()
 
     async def take_kv_acks(self, owner: str, max_items: int = 256) -> list[str]:
-        items = await self.redis.lpop(self._key("kvack", owner), max_items)
+        """The handles importers acked, taken off the list; none while Redis is away (a release
+        is only early: an unacked lease still expires). Prefill asks on every loop turn, and
+        the error once ended that loop, and with it the worker's prefilling."""
+        try:
+            items = await self.redis.lpop(self._key("kvack", owner), max_items)
+        except (RedisConnectionError, RedisTimeoutError) as e:
+            log.warning("cannot take KV acks now (%r); the leases will expire if need be", e)
+            return []
         return [i.decode() if isinstance(i, bytes) else i for i in items or []]

@@ -20,6 +20,7 @@ import socket
 import time
 from abc import ABC, abstractmethod
 
+import msgspec
 from aiokafka import ConsumerRecord
 from redis.asyncio import Redis
 
@@ -30,6 +31,7 @@ from pipeline.config import PipelineConfig
 from pipeline.errors import StepwiseError
 from pipeline.local import services
 from pipeline.stage.jobstate import JobState
+from pipeline.stage.transient import TRANSIENT_RETRY_S, Backoff, is_transient
 from pipeline.telemetry import gcstats
 from pipeline.topics import Topics
 from pipeline.tracing import setup as tracing_setup
@@ -80,7 +82,31 @@ class StageWorker(ABC):
 
     @abstractmethod
     async def handle(self, record: ConsumerRecord, ack: Ack) -> None:
-        """Process one input record; call `ack()` once its outputs are acknowledged."""
+        """Process one input record; call `ack()` once its outputs are acknowledged. It may
+        run again for the same record after a transient error (`handle_retrying`)."""
+
+    async def handle_retrying(self, record: ConsumerRecord, ack: Ack) -> None:
+        """`handle`, again with backoff while it fails on infrastructure that comes back (Redis
+        restarting, the broker away): such an error used to dead-letter a good job as
+        `rejected`. Past TRANSIENT_RETRY_S it is the job's error after all (dead-lettered, an
+        error Result). A worker told to stop gives up at once without acking: the record is
+        redelivered to the group's next member."""
+        running = asyncio.get_running_loop()
+        deadline, backoff = running.time() + TRANSIENT_RETRY_S, Backoff()
+        while True:
+            try:
+                return await self.handle(record, ack)
+            except Exception as e:
+                delay = backoff.next()
+                if not is_transient(e) or running.time() + delay > deadline:
+                    raise
+                if self._stop.is_set():
+                    return
+                log.warning(
+                    "%s: %s:%d@%d hit %r; retrying in %.1f s", self.worker_id,
+                    record.topic, record.partition, record.offset, e, delay,
+                )  # fmt: skip
+                await asyncio.sleep(delay)
 
     def should_pause(self) -> bool:
         return False
@@ -113,8 +139,17 @@ class StageWorker(ABC):
         await self.producer.send_many(items)
 
     async def on_poison(self, record: ConsumerRecord, exc: BaseException) -> None:
-        """Dead-letter a record this stage cannot use; reject its job if the id is readable."""
-        err = exc if isinstance(exc, StepwiseError) else StepwiseError(repr(exc))
+        """Dead-letter a record this stage cannot use; reject its job if the id is readable. An
+        outage that outlasted the retries (`handle_retrying`) is no fault of the job's: its
+        Result is an `error` with code `unavailable` (worth sending again), not `rejected`."""
+        outage = is_transient(exc)
+        if isinstance(exc, StepwiseError):
+            err = exc
+        elif outage:
+            why = f"{type(exc).__name__}: {exc}"
+            err = StepwiseError(f"infrastructure unavailable: {why}", code="unavailable")
+        else:
+            err = StepwiseError(repr(exc))
         dl = schema.dead_letter(
             topic=record.topic,
             partition=record.partition,
@@ -129,7 +164,10 @@ class StageWorker(ABC):
             record.value or b"", schema.content_type_of(record.headers)
         )
         if job_id:
-            await self.publish_result(schema.rejected_result(job_id, err))
+            result = schema.rejected_result(job_id, err)
+            if outage:
+                result = msgspec.structs.replace(result, status="error")
+            await self.publish_result(result)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -202,7 +240,7 @@ class StageWorker(ABC):
                 self.bus_config,
                 [self.topics.name(self.input_stage)],
                 group_id=f"{self.config.topic_prefix}{self.stage}",
-                handler=self.handle,
+                handler=self.handle_retrying,
                 on_poison=self.on_poison,
                 should_pause=self.should_pause,
                 max_concurrent=self.max_concurrent_records,
@@ -216,12 +254,15 @@ class StageWorker(ABC):
             self._tasks.append(asyncio.create_task(self._metrics_loop()))
             log.info("%s ready: %s -> %s", self.worker_id, self.input_stage, self.stage)
             self.ready.set()
-            await self._stop.wait()
+            await self._until_stopped(consume)
             # Drain: stop fetching, finish in-flight work, commit what finished.
             log.info("%s stopping: draining in-flight work", self.worker_id)
             watchdog = asyncio.create_task(self._shutdown_watchdog())
             self.loop.stop()
-            await consume
+            if self.failure is None:
+                await consume
+            else:  # a consume loop that died has said why (_until_stopped)
+                await asyncio.gather(consume, return_exceptions=True)
             drained = await self.loop.drain(0 if self.failure else self.config.drain_timeout_s)
             if not drained and self.failure is None:
                 log.warning(
@@ -249,6 +290,21 @@ class StageWorker(ABC):
             log.info("%s stopped", self.worker_id)
         if self.failure is not None:
             raise self.failure
+
+    async def _until_stopped(self, consume: asyncio.Task) -> None:
+        """Wait for stop(); a consume loop or background task that dies first fails the
+        worker. Before, such a task died unseen (prefill's loop on a Redis error) and the
+        worker went on holding its partitions with nothing taking its records: its jobs hung
+        until someone restarted it. Now it exits non-zero, and its records are redelivered."""
+        stopping = asyncio.create_task(self._stop.wait())
+        watched = {stopping, consume, *self._tasks}
+        while not self._stop.is_set():
+            done, watched = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+            for task in done - {stopping}:
+                if not task.cancelled() and (exc := task.exception()) is not None:
+                    log.error("%s: a task died", self.worker_id, exc_info=exc)
+                    self.fail(f"{task.get_name()} died: {exc!r}")
+        stopping.cancel()
 
     async def _shutdown_watchdog(self) -> None:
         """A shutdown that outlives the drain by far logs where every task and thread waits:

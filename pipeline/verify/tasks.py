@@ -10,7 +10,8 @@ their own stream (`reply_stream`). The task is:
 * bounded: Z3's own timeout inside every check, plus Celery soft and hard time limits.
 
 `stepwise worker verify` builds the app from the process's settings (STEPWISE_REDIS) and runs
-`celery worker` on it (prefork pool: time limits need it); nothing is built at import.
+`celery worker` on it (prefork pool: time limits need it), starting it again if it exits on an
+error (`run_worker`: a Redis restart can end it); nothing is built at import.
 """
 
 from __future__ import annotations
@@ -186,5 +187,47 @@ def main(current: Settings) -> int:
     # Each prefork child traces for itself (a provider made before the fork has no exporter
     # thread in the child).
     worker_process_init.connect(_init_child_tracing, weak=False)
-    app.worker_main(worker_argv(n))
-    return 0
+    return run_worker(app, worker_argv(n))
+
+
+# A Celery worker that dies on an error it calls unrecoverable starts again after this long
+# (doubling up to the cap while it keeps failing).
+RESTART_DELAY_S = (0.5, 30.0)
+
+
+def run_worker(app: Celery, argv: list[str], restarts: int | None = None) -> int:
+    """Run the Celery worker until it stops cleanly; one that exits on an error starts again.
+
+    Celery 5.7 / kombu 5.7 give up for good when Redis goes away while tasks are reserved:
+    closing the lost connection restores the unacked tasks, that needs a new connection whose
+    parameters are gone by then, and the AttributeError is an "Unrecoverable error". The whole
+    verify pool then stayed down after a Redis restart (pipeline/local/faults.py). A warm
+    shutdown (SIGTERM) exits 0 and ends this; `restarts` bounds the restarts (None: no bound)."""
+    from celery.signals import worker_shutdown
+
+    exits: list[int] = []
+
+    def exit_code(sender: object, **_: object) -> None:  # app.start() returns no exit code
+        exits.append(getattr(sender, "exitcode", 0) or 0)
+
+    worker_shutdown.connect(exit_code, weak=False)
+    first, cap = RESTART_DELAY_S
+    delay, done = first, 0
+    try:
+        while True:
+            started = time.monotonic()
+            exits.clear()
+            app.worker_main(argv)
+            code = exits[-1] if exits else 0
+            if not code or (restarts is not None and done >= restarts):
+                return code or 0
+            done += 1
+            if time.monotonic() - started > 60:  # it ran well for a while: a new failure
+                delay = first
+            log.warning(
+                "the Celery worker exited with %s; starting it again in %.1f s", code, delay
+            )
+            time.sleep(delay)
+            delay = min(2 * delay, cap)
+    finally:
+        worker_shutdown.disconnect(exit_code)

@@ -114,8 +114,15 @@ class DecodeWorker(EngineStageWorker):
 
     async def handle(self, record: ConsumerRecord, ack: Ack) -> None:
         handoff = schema.decode(record.value or b"", schema.Handoff)
-        if handoff.id in self.jobs or await self.state.is_done(handoff.id):
-            ack()  # running here already, or its Result is out (a redelivery)
+        if (running := self.jobs.get(handoff.id)) is not None:
+            # Delivered again while it runs here (a rebalance handed the partition back, or a
+            # placed handoff sent twice): the job's end acks this copy instead, so the offset
+            # is never committed past a job still running (a crash then would lose it).
+            self.jobs[handoff.id] = (running[0], ack)
+            running[1]()
+            return
+        if await self.state.is_done(handoff.id):
+            ack()  # its Result is out (a redelivery)
             return
         self.jobs[handoff.id] = (handoff, ack)
         span = spans.start_job_span("decode", handoff.id, record.headers)

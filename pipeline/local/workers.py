@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from pipeline import settings
@@ -40,12 +41,17 @@ class WorkerProcesses:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.procs: list[tuple[str, subprocess.Popen]] = []
 
-    def start(self, name: str) -> subprocess.Popen:
+    def start(
+        self, name: str, wrap: Sequence[str] = (), **overrides: object
+    ) -> subprocess.Popen:
+        """Start one `stepwise worker NAME`; `wrap`: a command it runs under (a namespace of
+        its own, say), `overrides`: settings for this one (names without STEPWISE_)."""
         log = open(self.log_dir / f"{name}-{len(self.procs)}.log", "wb")  # noqa: SIM115
+        env = {**self.env, **{f"STEPWISE_{k}": str(v) for k, v in overrides.items()}}
         with log:  # the child holds its own descriptor
             proc = subprocess.Popen(
-                [sys.executable, "-m", "pipeline.cli", "worker", name],
-                env=self.env,
+                [*wrap, sys.executable, "-m", "pipeline.cli", "worker", name],
+                env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=name == "verify",

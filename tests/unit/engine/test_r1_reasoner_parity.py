@@ -1,6 +1,8 @@
 """The bundled R1-style reasoner (SmolLM2 + the repo's LoRA adapter, merged by
 `stepwise models prepare r1-reasoner`; scripts/setup.sh does it): the engine's greedy output is
-HF transformers' on 32 held-out prompts, chat template and all, each in the qwen3 format."""
+HF transformers' on 16 held-out prompts, chat template and all, each in the qwen3 format (32
+when the model was released: the HF side decodes one token at a time, 4 s a prompt here, so the
+suite checks half of them)."""
 
 import pytest
 import torch
@@ -15,6 +17,7 @@ from tests.model_factory import hf_greedy
 
 PATH = r1_dir()
 MAX_TOKENS = 48  # the opening of the thinking: where template, markers and prose all show
+NUM_PROMPTS = 16
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
@@ -31,14 +34,14 @@ def engine():
 
 @pytest.fixture(scope="module")
 def prompts(engine) -> list[list[int]]:
-    problems = load_problems("broad", 32, 7)  # held-out seeds and texts (< TRAIN_SEED_BASE)
-    assert len(problems) == 32
+    problems = load_problems("broad", NUM_PROMPTS, 7)  # held out (seeds < TRAIN_SEED_BASE)
+    assert len(problems) == NUM_PROMPTS
     chats = prompts_for(problems, engine.tokenizer, engine.reasoning_format)
     assert all(isinstance(c, list) for c in chats)  # through the chat template
     return [engine.encode_prompt(c) for c in chats]
 
 
-def test_named_qwen3_and_greedy_equal_to_hf_on_32_held_out_prompts(engine, prompts):
+def test_named_qwen3_and_greedy_equal_to_hf_on_held_out_prompts(engine, prompts):
     assert engine.reasoning_format.name == "qwen3"
     hf = transformers.AutoModelForCausalLM.from_pretrained(PATH, dtype=torch.float32).eval()
     params = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
@@ -49,5 +52,6 @@ def test_named_qwen3_and_greedy_equal_to_hf_on_32_held_out_prompts(engine, promp
         )
     # Real reasoning, not noise: the model opens its thinking block as trained.
     assert (
-        sum(engine.tokenizer.decode(o.token_ids).lstrip().startswith("<think>") for o in outs) >= 30
+        sum(engine.tokenizer.decode(o.token_ids).lstrip().startswith("<think>") for o in outs)
+        >= NUM_PROMPTS - 1
     )

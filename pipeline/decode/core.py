@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from dataclasses import dataclass
 
 import msgspec
 from redis import Redis as SyncRedis
@@ -23,16 +22,14 @@ from pipeline import schema
 from pipeline.cache import CACHEABLE_VERDICTS, SCOPES, Cache, CacheConfig, Scope, step_key
 from pipeline.config import PipelineConfig
 from pipeline.decode.driver import ReasoningDriver
+from pipeline.decode.kv_intake import KVIntake, kv_mark
 from pipeline.decode.messages import Inward, StepPut, Tick, TickStats, TraceMark
 from pipeline.decode.reasoning import Note, ReasoningConfig
 from pipeline.decode.results import JobRun, finish, outward, token_events
-from pipeline.engine import Request
 from pipeline.engine.backend import StepEngine
-from pipeline.engine.sequence import Sequence
 from pipeline.errors import StepwiseError
 from pipeline.stage.sampling import handoff_params
 from pipeline.stage.worker import now_ms
-from pipeline.transfer import TransferExpiredError
 from pipeline.transfer.kv_import import KVImporter
 
 log = logging.getLogger(__name__)
@@ -43,7 +40,7 @@ class DecodeCore:
         self.engine = engine
         self.config = config
         self.verdict_stream = verdict_stream  # where this worker's verdicts come back
-        self.kv = KVImporter.from_config(config)
+        self.intake = KVIntake(engine, KVImporter.from_config(config))
         self.cache = Cache(None, CacheConfig(key_prefix=config.topic_prefix))  # type: ignore[arg-type]
         # Cached steps are looked up here, at step boundaries: a blocking GET with a short
         # timeout (a slow Redis only means the step is generated instead).
@@ -53,7 +50,6 @@ class DecodeCore:
         self.budgets: dict[str, schema.Budget] = {}
         self.runs: dict[str, JobRun] = {}
         self.traced: set[str] = set()  # pending handoffs whose trace is sampled
-        self.num_reprefills = 0
         self._stats = TickStats()
 
     @property
@@ -63,7 +59,16 @@ class DecodeCore:
     @property
     def wants_tick(self) -> bool:
         """Something to do now: jobs to start, verdicts to apply, or sequences to step."""
-        return bool(self.pending or self.verdicts or (self.runs and self.engine.has_schedulable))
+        return bool(
+            any(self.intake.can_start(h) for h in self.pending)
+            or self.verdicts
+            or (self.runs and self.engine.has_schedulable)
+        )
+
+    @property
+    def waiting_on_io(self) -> bool:
+        """A job's KV is on its way over the network: look again soon, not in 100 ms."""
+        return self.intake.reading is not None
 
     def take(self, msg: Inward) -> None:
         self.pending += msg.handoffs
@@ -98,6 +103,9 @@ class DecodeCore:
         """Start the handoffs that came; one that cannot run here gets an error Result."""
         new, self.pending = self.pending, []
         for h in new:
+            if self.intake.reads_ahead(h):
+                self.pending.append(h)  # its KV is on its way: the engine steps on meanwhile
+                continue
             traced = h.id in self.traced
             self.traced.discard(h.id)
             try:
@@ -166,7 +174,8 @@ class DecodeCore:
         out.events = [(e.id, schema.encode(e)) for e in events]
         used, total = self.engine.kv_usage()
         out.stats.kv_used, out.stats.kv_total = used, total
-        out.stats.num_runs, out.stats.num_reprefills = len(self.runs), self.num_reprefills
+        out.stats.num_runs = len(self.runs)
+        out.stats.num_reprefills = self.intake.num_reprefills
 
     # -- starting a job ---------------------------------------------------------------------
 
@@ -199,10 +208,9 @@ class DecodeCore:
         limit = thinking + reasoning.answer_tokens + 32  # (room for the forcing text too)
         limit = max(1, min(limit, engine.max_model_len - len(h.token_ids)))
         params = handoff_params(h, limit)
-        t0 = time.time_ns()
-        seq, kv_ack, kv = self._import(h, params)
+        seq, kv_ack, kv = self.intake.take(h, params, self._stats)
         if marks is not None:
-            marks.append(kv_mark(h, t0, kv))
+            marks.append(kv_mark(h, kv))
         driver = ReasoningDriver(engine, seq, reasoning)
         # The user's question, never the rendered template (older producers: the prompt).
         problem = h.problem or engine.tokenizer.decode(h.token_ids)
@@ -217,34 +225,6 @@ class DecodeCore:
         if h.cache_key is not None and h.params.verify != "off":  # ingest: reproducible
             run.step_key = step_key(h.model, h.token_ids, h.premises, h.params)
         return run, kv_ack
-
-    def _import(
-        self, h: schema.Handoff, params
-    ) -> tuple[Sequence, tuple[str, str] | None, KVOutcome]:
-        """The handoff's sequence with its KV imported, or its prompt prefilled again when the
-        KV cannot come (no KV handed off, a transfer that failed or ran past its deadline),
-        counted for the worker's metrics; the buffer to ack; what happened."""
-        engine = self.engine
-        if h.kv is not None and engine.can_export_kv:
-            try:
-                seq = self.kv.import_kv(engine, h, params)
-                rec = self.kv.last
-                kv = KVOutcome(rec.transport if rec else h.kv.transport, "imported",
-                               rec.ms if rec else 0.0, h.kv.nbytes)  # fmt: skip
-                self._stats.kv_imports.append((kv.transport, kv.outcome, kv.ms / 1000))
-                return seq, (h.kv.owner, h.kv.handle), kv
-            except (TransferExpiredError, StepwiseError) as e:
-                log.info("%s: KV import failed (%s); prefilling again", h.id, e)
-                rec = self.kv.last
-                kv = KVOutcome(rec.transport if rec else h.kv.transport, "reprefill",
-                               rec.ms if rec else 0.0, 0, f"{e.code}: {e}")  # fmt: skip
-        elif h.kv is not None:  # an engine that cannot import (vLLM): by design, not a failure
-            kv = KVOutcome(h.kv.transport, "reprefill", 0.0, 0, "engine cannot import")
-        else:  # prefill's export pool was full: it sent the job on without KV
-            kv = KVOutcome("none", "reprefill", 0.0, 0, "no KV handed off")
-        self.num_reprefills += 1
-        self._stats.kv_imports.append((kv.transport, kv.outcome, kv.ms / 1000))
-        return engine.add(Request(h.id, list(h.token_ids), params)), None, kv
 
     # -- the step cache ---------------------------------------------------------------------
 
@@ -350,26 +330,6 @@ def trace_marks(run: JobRun, outs) -> list[TraceMark]:
         marks += [TraceMark(job, kind, now, -1, 0, attrs) for kind, attrs in run.driver.marks]
         run.driver.marks.clear()
     return marks
-
-
-@dataclass(frozen=True, slots=True)
-class KVOutcome:
-    """How a job's KV came: its transport (as read: `mooncake` for a pool read remotely;
-    `none` without a handoff's KV), imported or prefilled again, how long, why not."""
-
-    transport: str
-    outcome: str  # imported | reprefill
-    ms: float
-    nbytes: int
-    reason: str = ""
-
-
-def kv_mark(h: schema.Handoff, start_ns: int, kv: KVOutcome) -> TraceMark:
-    """A traced job's KV import: the transport, the bytes, and the fallback when it failed."""
-    attrs: dict[str, str | int | float | bool] = {"transport": kv.transport, "bytes": kv.nbytes}
-    if kv.outcome == "reprefill":
-        attrs.update(fallback="reprefill", reason=kv.reason[:300])
-    return TraceMark(h.id, "kv_import", time.time_ns(), -1, start_ns, attrs)
 
 
 def error_result(h: schema.Handoff, e: Exception) -> schema.Result:

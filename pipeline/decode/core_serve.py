@@ -57,6 +57,8 @@ def serve(
         # Idle, or every sequence waits for a verdict: wait for a message, or for time to
         # pass (a waiting run ticks on, so its verdict timeouts fire).
         timeout = 0.0 if ready else (0.05 if core.num_runs else 0.1)
+        if not ready and core.waiting_on_io:  # a KV read is on: admit its job soon after
+            timeout = min(timeout, 0.002)
         msgs = recv(timeout)
         for msg in msgs:
             if msg.stop:

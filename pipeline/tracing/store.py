@@ -11,10 +11,12 @@ import threading
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
+import msgspec
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 JOB_ID = "stepwise.job_id"  # the attribute that ties a span to its job
+_ENCODER = msgspec.json.Encoder(enc_hook=str)
 
 
 def span_record(span: ReadableSpan) -> dict:
@@ -54,9 +56,11 @@ class FileSpanExporter(SpanExporter):
         self._lock = threading.Lock()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        lines = "".join(json.dumps(span_record(s), default=str) + "\n" for s in spans)
+        # msgspec: the export thread shares the GIL with the stage's own work, and encodes a
+        # record several times faster than json.dumps (str() for any odd attribute value).
+        lines = b"".join(_ENCODER.encode(span_record(s)) + b"\n" for s in spans)
         try:
-            with self._lock, self.path.open("a") as f:
+            with self._lock, self.path.open("ab") as f:
                 f.write(lines)
         except OSError:
             return SpanExportResult.FAILURE

@@ -24,7 +24,7 @@ from pipeline.engine.sequence import Sequence
 from pipeline.errors import StepwiseError
 from pipeline.transfer import KVHandle, TransferExpiredError, get_transport
 from pipeline.transfer.base import dtype_itemsize, torch_dtype
-from pipeline.transfer.mooncake import MooncakeReader
+from pipeline.transfer.mooncake import MooncakeReader, PendingRead, TransferTimeoutError
 from pipeline.transfer.shm_pool import PoolReader, segment_of
 
 
@@ -71,6 +71,8 @@ class KVImporter:
         if self.remote_first:
             self._mooncake = MooncakeReader(self.mooncake_host, self.read_timeout_ms)
         self.last: ImportRecord | None = None
+        # A remote read begun ahead of the import (`begin`): (job id, the read, its start).
+        self._ahead: tuple[str, PendingRead, float] | None = None
 
     @classmethod
     def from_config(cls, config: PipelineConfig) -> KVImporter:
@@ -93,16 +95,54 @@ class KVImporter:
             else "mooncake"
         )
 
+    # -- remote reads ahead of the import ------------------------------------------------------
+
+    def is_remote(self, h: schema.Handoff) -> bool:
+        """Does this handoff's KV come over the network (a read worth doing off the engine's
+        loop)?"""
+        return h.kv is not None and self.route(h.kv) == "mooncake"
+
+    @property
+    def reading(self) -> str | None:
+        """The job whose remote read is on (begun, not yet imported)."""
+        return self._ahead[0] if self._ahead is not None else None
+
+    def begin(self, h: schema.Handoff) -> bool:
+        """Start `h`'s remote read in the background (the engine steps on meanwhile); False
+        when another is still on, or an abandoned one still holds the reader. A read that
+        cannot even start is left to `import_kv`, which fails it as usual."""
+        if self._ahead is not None or not self.is_remote(h):
+            return False
+        d = h.kv
+        assert d is not None
+        try:
+            pending = self._remote_begin(d)
+        except TransferTimeoutError:
+            return False  # the reader is held by an abandoned read: the import fails fast
+        except StepwiseError:
+            return False  # (a bad descriptor, Mooncake missing): import_kv says so
+        self._ahead = (h.id, pending, time.perf_counter())
+        return True
+
+    def ready(self, job_id: str) -> bool:
+        """Is the read begun for `job_id` done (or past its deadline)?"""
+        return self._ahead is not None and self._ahead[0] == job_id and self._ahead[1].ready
+
     def import_kv(self, engine: StepEngine, h: schema.Handoff, params: SamplingParams) -> Sequence:
-        """The handoff's sequence, live in `engine` with its KV in place."""
+        """The handoff's sequence, live in `engine` with its KV in place (a read begun ahead
+        for it is finished first: waited for, at most to its deadline)."""
         d = h.kv
         assert d is not None
         t0 = time.perf_counter()
+        ahead = None
+        if self._ahead is not None and self._ahead[0] == h.id:
+            ahead, t0 = self._ahead[1], self._ahead[2]
+            self._ahead = None
         record = self.last = ImportRecord(d.transport, d.nbytes)
         try:
             record.transport = self.route(d)
             if record.transport == "mooncake":
-                return self._import_remote(engine, h, d, params)
+                return self._import_remote(engine, h, d, params, ahead)
             if record.transport == "shm_pool":
                 return self._import_blocks(engine, h, d, params)
             return self._import_buffer(engine, h, d, params)
@@ -141,20 +181,32 @@ class KVImporter:
             raise
         return seq
 
-    def _import_remote(
-        self, engine: StepEngine, h: schema.Handoff, d: schema.KVDescriptor, params: SamplingParams
-    ) -> Sequence:
-        """Read the pinned blocks over Mooncake into the staging pool, then import from it
-        (the generations were checked after the read: what is staged is the handoff's)."""
+    def _remote_begin(self, d: schema.KVDescriptor) -> PendingRead:
+        """The pinned blocks' read over Mooncake into the staging pool, started."""
         blocks, gens, block_shape = _lent(d)
         if d.session is None or d.pool_addr is None or d.pool_blocks is None:
             raise TransferExpiredError("a mooncake handoff without its session")
         if self._mooncake is None:  # a pool on another host, read for the first time
             self._mooncake = MooncakeReader(self.mooncake_host, self.read_timeout_ms)
-        pool = self._mooncake.read(
+        return self._mooncake.begin(
             d.session, d.pool_addr, d.pool_blocks, torch_dtype(d.dtype), block_shape, blocks, gens
         )
-        staged = KVBlocks(pool, list(range(len(blocks))), d.num_tokens)
+
+    def _import_remote(
+        self,
+        engine: StepEngine,
+        h: schema.Handoff,
+        d: schema.KVDescriptor,
+        params: SamplingParams,
+        ahead: PendingRead | None = None,
+    ) -> Sequence:
+        """Read the pinned blocks over Mooncake into the staging pool (or take the read begun
+        ahead), then import from it (the generations were checked after the read: what is
+        staged is the handoff's)."""
+        pending = ahead if ahead is not None else self._remote_begin(d)
+        assert self._mooncake is not None
+        pool = self._mooncake.finish(pending)
+        staged = KVBlocks(pool, list(range(len(d.blocks or ()))), d.num_tokens)
         return engine.import_kv(_export(h, staged), params)  # type: ignore[attr-defined]
 
     def close(self) -> None:

@@ -227,12 +227,34 @@ class _Caller:
     def close(self) -> None:
         self._jobs.put(None)  # the thread ends after the call it is in, if any
 
-    def call(self, fn: Callable[[], int], timeout_s: float) -> int:
-        """fn()'s result; FutureTimeout after `timeout_s` (the call goes on, `busy` until done)."""
+    def submit(self, fn: Callable[[], object]) -> Future:
+        """Queue fn(); its Future (the call is `busy` until done)."""
         fut: Future = Future()
         self.busy = fut
         self._jobs.put((fut, fn))
-        return fut.result(timeout=max(0.0, timeout_s))
+        return fut
+
+    def call(self, fn: Callable[[], int], timeout_s: float) -> int:
+        """fn()'s result; FutureTimeout after `timeout_s` (the call goes on, `busy` until done)."""
+        return self.submit(fn).result(timeout=max(0.0, timeout_s))
+
+
+@dataclass(slots=True)
+class PendingRead:
+    """A read started by `MooncakeReader.begin`: done when its future is, late at `deadline`."""
+
+    future: Future
+    deadline: float  # time.monotonic()
+    session: str
+    shape: tuple[int, ...]  # the staged pool's [L, 2, KVH, capacity, bs, D]
+    dtype: torch.dtype
+    start: int  # the pool's first byte in the staging buffer
+    nbytes: int
+
+    @property
+    def ready(self) -> bool:
+        """Done, or past its deadline (finish() then says which)."""
+        return self.future.done() or time.monotonic() >= self.deadline
 
 
 class MooncakeReader:
@@ -260,6 +282,23 @@ class MooncakeReader:
         """A pool [L, 2, KVH, capacity, bs, D] whose first len(blocks) blocks are `blocks`
         of the exporter's pool, read while they still held `generations`. Valid until the
         next read."""
+        return self.finish(
+            self.begin(session, pool_addr, pool_blocks, dtype, block_shape, blocks, generations)
+        )
+
+    def begin(
+        self,
+        session: str,
+        pool_addr: int,
+        pool_blocks: int,
+        dtype: torch.dtype,
+        block_shape: tuple[int, int, int, int, int],
+        blocks: list[int],
+        generations: list[int],
+    ) -> PendingRead:
+        """Start `read` on the reader's thread and return at once (the engine goes on stepping
+        meanwhile: Mooncake's call lets go of the GIL); `finish` takes the staged pool. One
+        read at a time: the staging pool holds one sequence."""
         if len(blocks) != len(generations) or not 0 < len(blocks) <= MAX_BLOCKS:
             raise TransferExpiredError(f"KV blocks {blocks} do not match their generations")
         if any(not 0 <= b < pool_blocks for b in blocks):
@@ -267,14 +306,38 @@ class MooncakeReader:
         deadline = time.monotonic() + self.timeout_s
         src = PoolLayout.segment(block_shape, dtype.itemsize, pool_blocks)
         dst = self._staging_for(block_shape, dtype.itemsize, len(blocks))
-        gens = generations_plan(blocks)
-        self._check(session, pool_addr, gens, generations, deadline, "")
-        self._transfer(session, pool_addr, copy_plan(src, blocks, dst), deadline)
-        self._check(session, pool_addr, gens, generations, deadline, " during the copy")
-        assert self.staging is not None
-        pool = self.staging[dst.start : dst.nbytes].view(dtype)
+        self._wait_idle()
+        engine, staging = self.engine, self.staging
+        assert staging is not None
+        gens, data = generations_plan(blocks), copy_plan(src, blocks, dst)
+
+        def read_all() -> None:  # on the reader's thread
+            # The generations before and after the copy: blocks still holding them were not
+            # reused meanwhile (generations only grow).
+            _read(engine, staging, session, pool_addr, gens)
+            _expect(staging, generations, session, "")
+            _read(engine, staging, session, pool_addr, data)
+            _read(engine, staging, session, pool_addr, gens)
+            _expect(staging, generations, session, " during the copy")
+
         layers, two, kv_heads, block_size, head_dim = block_shape
-        return pool.view(layers, two, kv_heads, dst.num_blocks, block_size, head_dim)
+        shape = (layers, two, kv_heads, dst.num_blocks, block_size, head_dim)
+        future = self._caller.submit(read_all)
+        return PendingRead(future, deadline, session, shape, dtype, dst.start, dst.nbytes)
+
+    def finish(self, pending: PendingRead) -> torch.Tensor:
+        """The pool `begin` staged, once its read is done (waiting at most to its deadline);
+        TransferTimeoutError past it, TransferExpiredError if it failed."""
+        try:
+            pending.future.result(timeout=max(0.0, pending.deadline - time.monotonic()))
+        except FutureTimeout:
+            ms = int(self.timeout_s * 1000)
+            raise TransferTimeoutError(
+                f"KV read from {pending.session} passed its {ms} ms deadline"
+            ) from None
+        assert self.staging is not None
+        pool = self.staging[pending.start : pending.nbytes].view(pending.dtype)
+        return pool.view(*pending.shape)
 
     def _staging_for(self, block_shape: tuple[int, ...], itemsize: int, n: int) -> PoolLayout:
         """The staging pool's layout, with room for `n` blocks (the buffer grown if not)."""
@@ -298,36 +361,6 @@ class MooncakeReader:
         if busy is not None and not busy.done():
             raise TransferTimeoutError("an earlier KV read that passed its deadline is still on")
 
-    def _transfer(self, session: str, base: int, plan: Plan, deadline: float) -> None:
-        self._wait_idle()
-        assert self.staging is not None
-        # The call holds the engine and the buffer it writes: a call abandoned at its deadline
-        # goes on, and must not find them freed if this reader is dropped meanwhile.
-        engine, staging = self.engine, self.staging
-        remote = [base + off for off in plan[0]]
-
-        def read() -> int:
-            local = [staging.data_ptr() + off for off in plan[1]]
-            return engine.batch_transfer_sync_read(session, local, remote, plan[2])  # type: ignore[attr-defined]
-
-        try:
-            rc = self._caller.call(read, deadline - time.monotonic())
-        except FutureTimeout:
-            ms = int(self.timeout_s * 1000)
-            raise TransferTimeoutError(
-                f"KV read from {session} passed its {ms} ms deadline"
-            ) from None
-        if rc != 0:
-            raise TransferExpiredError(f"KV read from {session} failed (exporter gone?)")
-
-    def _check(
-        self, session: str, base: int, plan: Plan, expected: list[int], deadline: float, when: str
-    ) -> None:
-        self._transfer(session, base, plan, deadline)
-        assert self.staging is not None
-        got = self.staging[: 8 * len(expected)].view(torch.int64).tolist()
-        if got != list(expected):
-            raise TransferExpiredError(f"KV blocks at {session} were reused{when}")
 
     def close(self) -> None:
         self._caller.close()
@@ -335,3 +368,19 @@ class MooncakeReader:
         if self.engine is not None and self.staging is not None and (busy is None or busy.done()):
             self.engine.unregister_memory(self.staging.data_ptr())  # type: ignore[attr-defined]
         self.staging = None  # (a call still on holds its buffer until it ends)
+
+
+def _read(engine, staging: torch.Tensor, session: str, base: int, plan: Plan) -> None:
+    """One batched read of `plan` from `session` into `staging` (on the reader's thread: the
+    call holds the engine and the buffer it writes, so a call abandoned at its deadline never
+    finds them freed)."""
+    local = [staging.data_ptr() + off for off in plan[1]]
+    remote = [base + off for off in plan[0]]
+    if engine.batch_transfer_sync_read(session, local, remote, plan[2]) != 0:
+        raise TransferExpiredError(f"KV read from {session} failed (exporter gone?)")
+
+
+def _expect(staging: torch.Tensor, expected: list[int], session: str, when: str) -> None:
+    got = staging[: 8 * len(expected)].view(torch.int64).tolist()
+    if got != list(expected):
+        raise TransferExpiredError(f"KV blocks at {session} were reused{when}")

@@ -37,10 +37,10 @@ def test_decode_has_its_named_rooms() -> None:
     rooms = {p.stem for p in (PIPELINE / "decode").glob("*.py")} - {"__init__"}
     # worker (I/O), core (engine loop) and how it is served and reached, the reasoning state
     # machine and its vocabulary, the driver that applies it, the result builder, a traced
-    # job's spans.
+    # job's spans, how a handoff's KV is taken in.
     assert rooms == {
         "worker", "messages", "core", "core_serve", "core_client",
-        "reasoning", "reasoning_types", "driver", "results", "job_trace",
+        "reasoning", "reasoning_types", "driver", "results", "job_trace", "kv_intake",
     }  # fmt: skip
 
 

@@ -19,6 +19,7 @@ class FakeCore:
         self.steps_left = 0
         self.num_runs = 0
         self.ticks = 0
+        self.waiting_on_io = False  # a job's KV read in the background
 
     @property
     def wants_tick(self) -> bool:
@@ -78,6 +79,14 @@ def test_a_run_waiting_for_verdicts_still_ticks_when_nothing_comes():
     serve(core, recv, lambda t: None)  # type: ignore[arg-type]
     assert timeouts[0] == 0.05  # it waits a little (verdict timeouts must fire)...
     assert core.ticks == 1  # ...ticks once nothing came, not when a message did
+
+
+def test_a_kv_read_in_the_background_is_looked_at_soon():
+    core = FakeCore()
+    core.waiting_on_io = True  # nothing to tick, but a job's KV is on its way
+    recv, timeouts = scripted([[], []])
+    serve(core, recv, lambda t: None)  # type: ignore[arg-type]
+    assert timeouts[:2] == [0.002, 0.002] and core.ticks == 0  # not 0.1 s idle waits
 
 
 def test_a_failing_tick_does_not_end_the_loop(monkeypatch):

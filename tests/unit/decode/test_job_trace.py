@@ -11,8 +11,9 @@ import msgspec
 import pytest
 
 from pipeline import schema
-from pipeline.decode.core import KVOutcome, kv_mark, trace_marks
+from pipeline.decode.core import trace_marks
 from pipeline.decode.job_trace import JobTrace
+from pipeline.decode.kv_intake import KVOutcome, kv_mark
 from pipeline.decode.messages import Inward, TraceMark
 from pipeline.decode.reasoning import Check, Note
 from pipeline.tracing import propagate, setup, spans, store
@@ -77,7 +78,8 @@ def test_a_failed_import_is_an_error_span_and_the_job_goes_on(folder):
     trace = JobTrace(spans.start_job_span("decode", "j2"))
     h = schema_samples.handoff()
     failed = KVOutcome("mooncake", "reprefill", 2000.0, 0, "transfer_timeout: gone")
-    mark = kv_mark(msgspec.structs.replace(h, id="j2"), spans.now_ns(), failed)
+    mark = kv_mark(msgspec.structs.replace(h, id="j2"), failed)
+    assert mark.ts_ns - mark.start_ns == 2000 * 1_000_000  # from when its read began
     assert mark.attrs["fallback"] == "reprefill" and mark.attrs["bytes"] == 0
     assert mark.attrs["transport"] == "mooncake"
     trace.apply(mark)

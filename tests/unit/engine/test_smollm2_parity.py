@@ -10,7 +10,7 @@ import transformers
 
 from pipeline.engine import Engine, EngineConfig, Request, SamplingParams
 from pipeline.engine.prepare import is_prepared, smollm2_dir
-from tests.model_factory import hf_greedy
+from tests.model_factory import hf_greedy_batch
 
 PATH = smollm2_dir()
 pytestmark = [
@@ -57,6 +57,7 @@ def test_last_token_logits_match_for_a_ragged_batch(engine, hf):
 def test_greedy_64_token_continuations_are_identical(engine, hf):
     batch = [engine.encode_prompt(p) for p in PROMPTS]
     outs = engine.generate(batch, SamplingParams(temperature=0, max_tokens=64, ignore_eos=True))
-    for ids, out in zip(batch, outs, strict=True):
-        ref = hf_greedy(hf, ids, 64)
+    with torch.no_grad():
+        refs = hf_greedy_batch(hf, batch, 64)
+    for out, ref in zip(outs, refs, strict=True):
         assert out.token_ids == ref, engine.tokenizer.decode(out.token_ids)

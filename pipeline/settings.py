@@ -176,7 +176,8 @@ VARS: tuple[Var, ...] = (
         "/metrics: 0 a free port, N: N + the process's offset, -1 off",
         int,
     ),
-    Var("METRICS_ADDR", "0.0.0.0", "metrics", "address /metrics binds"),
+    # Loopback unless told: /metrics has no authentication and its labels name tenants' work.
+    Var("METRICS_ADDR", "127.0.0.1", "metrics", "address /metrics binds (0.0.0.0: all)"),
     # Traces (docs/tracing.md)
     Var(
         "TRACE_SAMPLE",

@@ -89,7 +89,7 @@ _servers: list = []  # (WSGIServer, Thread) of every server this process started
 
 
 def start_metrics_server(
-    port: int, addr: str = "0.0.0.0", registry: CollectorRegistry | None = None
+    port: int, addr: str = "127.0.0.1", registry: CollectorRegistry | None = None
 ) -> int:
     """Serve `/metrics` (any path, in fact) on a daemon thread; the bound port (0: a free one)."""
     server, thread = start_http_server(

@@ -242,6 +242,8 @@ def test_every_worker_runs_the_one_image_with_its_services(services):
         env = s["environment"]
         assert env["STEPWISE_KAFKA"] == "kafka:9092", name
         assert env["STEPWISE_REDIS"] == "redis://redis:6379/0", name
+        # Prometheus scrapes over the stack's network; the default (loopback) would hide it.
+        assert env["STEPWISE_METRICS_ADDR"] == "0.0.0.0", name
         assert all(p > 0 for p in metrics_ports(s)), name
         if name in WORKERS:
             assert worker_name(s) == name

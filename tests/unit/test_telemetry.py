@@ -342,6 +342,20 @@ def test_serve_metrics_follows_the_env(monkeypatch, server):
     assert 'stepwise_worker_info{model="tiny-reasoner",stage="ingest"} 1.0' in scrape(port)
 
 
+def test_metrics_bind_loopback_unless_told(monkeypatch, server):
+    """/metrics has no authentication: a worker serves it on every interface only when
+    STEPWISE_METRICS_ADDR says so (compose does, inside its network)."""
+    monkeypatch.setenv(telemetry.METRICS_PORT_ENV, "0")
+    monkeypatch.delenv(telemetry.METRICS_ADDR_ENV, raising=False)
+    telemetry.serve_metrics("ingest", "tiny-reasoner")
+    from pipeline.telemetry.serve import _servers
+
+    assert _servers[-1][0].server_address[0] == "127.0.0.1"
+    monkeypatch.setenv(telemetry.METRICS_ADDR_ENV, "0.0.0.0")
+    telemetry.serve_metrics("ingest", "tiny-reasoner")
+    assert _servers[-1][0].server_address[0] == "0.0.0.0"
+
+
 def test_what_verification_covered_is_counted(m):
     report = schema.VerificationReport(
         status="partial", checks=3, claims=5, entailed=3, contradicted=1, unreadable=1,

@@ -41,9 +41,7 @@ class WorkerProcesses:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.procs: list[tuple[str, subprocess.Popen]] = []
 
-    def start(
-        self, name: str, wrap: Sequence[str] = (), **overrides: object
-    ) -> subprocess.Popen:
+    def start(self, name: str, wrap: Sequence[str] = (), **overrides: object) -> subprocess.Popen:
         """Start one `stepwise worker NAME`; `wrap`: a command it runs under (a namespace of
         its own, say), `overrides`: settings for this one (names without STEPWISE_)."""
         log = open(self.log_dir / f"{name}-{len(self.procs)}.log", "wb")  # noqa: SIM115

@@ -361,7 +361,6 @@ class MooncakeReader:
         if busy is not None and not busy.done():
             raise TransferTimeoutError("an earlier KV read that passed its deadline is still on")
 
-
     def close(self) -> None:
         self._caller.close()
         busy = self._caller.busy

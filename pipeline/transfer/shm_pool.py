@@ -99,13 +99,22 @@ class PoolReader:
 
     def __init__(self, max_attached: int = 8) -> None:
         self._attached = Attachments(max_attached)
+        # Pools that did not map here: asked again for every waiting handoff on each of
+        # decode's polls, and a failed shm_open costs ~10 us. A name never comes back (each
+        # pool's has random bytes), so a miss stays a miss.
+        self._elsewhere: set[str] = set()
 
     def holds(self, name: str, num_blocks: int) -> bool:
         """Whether pool segment `name` of `num_blocks` blocks can be mapped here (prefill on this
         host, in this IPC namespace); else a transport across hosts has to bring its blocks."""
+        if name in self._elsewhere:
+            return False
         try:
             seg = self._attached.get(name)
         except TransferExpiredError:
+            if len(self._elsewhere) >= 1024:  # a bound: prefill pools come and go over days
+                self._elsewhere.clear()
+            self._elsewhere.add(name)
             return False
         magic, blocks = struct.unpack_from(_FMT, seg.buf, 0)
         return magic == _MAGIC and blocks == num_blocks

@@ -137,6 +137,25 @@ def test_a_segment_that_is_gone_is_expired():
         pass
 
 
+def test_holds_maps_a_pool_here_and_looks_for_a_missing_one_once(monkeypatch):
+    pool = SharedKVPool()
+    pool.storage(4, 64, torch.float32)
+    reader = PoolReader()
+    try:
+        assert reader.holds(pool.name, 4)
+        assert not reader.holds(pool.name, 5)  # maps, but not a pool of that shape
+        assert not reader.holds("sw0_pool_elsewhere", 4)
+        looked: list[str] = []
+        real_get = reader._attached.get
+        monkeypatch.setattr(reader._attached, "get", lambda n: looked.append(n) or real_get(n))
+        assert not reader.holds("sw0_pool_elsewhere", 4)  # on another host: no shm_open again
+        assert reader.holds(pool.name, 4)
+        assert looked == [pool.name]
+    finally:
+        reader.close()
+        pool.close()
+
+
 def test_pin_leases_are_bounded_and_released_on_ack_or_expiry():
     leases = PinLeases(max_blocks=5, lease_ms=1000)
     h1, exp1 = leases.add("seg", [1, 2, 3])

@@ -112,6 +112,7 @@ class DecodeCore:
                 run, kv_ack = self._start(h, out.marks if traced else None)
             except Exception as e:
                 log.exception("%s: cannot start", h.id)
+                self.intake.forget(h)
                 out.results.append(error_result(h, e))
                 continue
             self.runs[h.id] = run

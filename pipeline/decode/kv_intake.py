@@ -71,6 +71,10 @@ class KVIntake:
             return self.importer.begin(h)
         return reading != h.id or not self.importer.ready(h.id)
 
+    def forget(self, h: schema.Handoff) -> None:
+        """`h` failed to start: a read begun for it must not hold every later one back."""
+        self.importer.forget(h.id)
+
     def take(
         self, h: schema.Handoff, params: SamplingParams, stats: TickStats
     ) -> tuple[Sequence, tuple[str, str] | None, KVOutcome]:

@@ -124,6 +124,13 @@ class KVImporter:
         self._ahead = (h.id, pending, time.perf_counter())
         return True
 
+    def forget(self, job_id: str) -> None:
+        """`job_id` will not be imported (it failed to start): a read begun for it no longer
+        holds the next one back (if still on, the reader says so and the next import fails
+        fast, as after a read abandoned at its deadline)."""
+        if self._ahead is not None and self._ahead[0] == job_id:
+            self._ahead = None
+
     def ready(self, job_id: str) -> bool:
         """Is the read begun for `job_id` done (or past its deadline)?"""
         return self._ahead is not None and self._ahead[0] == job_id and self._ahead[1].ready

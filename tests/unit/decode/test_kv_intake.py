@@ -36,6 +36,10 @@ class FakeImporter:
         self.begun.append(h.id)
         return True
 
+    def forget(self, job_id: str) -> None:
+        if self.ahead == job_id:
+            self.ahead = None
+
     def ready(self, job_id: str) -> bool:
         return job_id == self.ahead and job_id in self.done
 
@@ -86,3 +90,15 @@ def test_a_failed_import_prefills_again_and_says_why():
     no_kv = msgspec.structs.replace(handoff("b"), kv=None)
     assert intake.take(no_kv, None, stats)[2].transport == "none"  # type: ignore[arg-type]
     assert intake.num_reprefills == 2
+
+
+def test_a_job_that_fails_to_start_lets_go_of_its_read():
+    importer = FakeImporter(remote={"a", "b"})
+    intake = KVIntake(engine(), importer)  # type: ignore[arg-type]
+    a, b = handoff("a"), handoff("b")
+    assert intake.reads_ahead(a) and intake.reads_ahead(b)  # b waits behind a's read
+    intake.forget(b)  # not the one being read: nothing changes
+    assert intake.reading == "a"
+    intake.forget(a)  # a's start failed before its import: b must not wait for it forever
+    assert intake.reading is None
+    assert intake.reads_ahead(b) and importer.begun == ["a", "b"]

@@ -216,6 +216,15 @@ def test_a_handoff_crosses_over_mooncake_and_decoding_continues_exactly(monkeypa
         while dst.has_unfinished():
             dst.step()
         assert got.output_token_ids == expected and dst.stats.num_prefill_tokens == 0
+        # A read begun ahead for a job that then fails to start is let go of.
+        assert importer.begin(h) and importer.reading == "r"
+        importer.forget("another")
+        assert importer.reading == "r"
+        importer.forget("r")
+        assert importer.reading is None
+        busy = importer._mooncake._caller.busy
+        assert busy is not None
+        busy.result(timeout=2)
         # The blocks reused after the lease: the import fails, and says why.
         exporter.release(src, [kv.handle])
         reuse = list(range(100, 100 + 8 * src.kv_cache.block_size - 1))  # every block

@@ -24,7 +24,7 @@ from pipeline import schema
 from pipeline.client import StepwiseClient
 from pipeline.local.faults import count_results
 from pipeline.local.workers import WorkerProcesses
-from tests.unit.transfer.mooncake_check import mooncake_or_skip
+from tests.unit.transfer.mooncake_check import missing, mooncake_or_skip
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +39,7 @@ PROMPTS = [f"What is {a} + {b}?" for a, b in ((3, 4), (12, 7), (25, 17), (8, 9),
 def private_shm_or_skip() -> None:
     probe = subprocess.run([*PRIVATE_SHM, "true"], capture_output=True, text=True, timeout=30)
     if probe.returncode != 0:
-        pytest.skip(f"no private mount namespace here: {probe.stderr.strip()[:200]}")
+        missing(f"no private mount namespace here: {probe.stderr.strip()[:200]}")
 
 
 @pytest.fixture

@@ -10,10 +10,15 @@ import pytest
 from pipeline.transfer import mooncake
 
 
+def missing(reason: str) -> None:
+    """Skip for a missing resource, or fail when STEPWISE_TEST_MOONCAKE=1 asked for it."""
+    if os.environ.get("STEPWISE_TEST_MOONCAKE") == "1":
+        pytest.fail(f"STEPWISE_TEST_MOONCAKE=1 but {reason}")
+    pytest.skip(reason)
+
+
 def mooncake_or_skip() -> None:
     try:
         mooncake.engine_class()
     except mooncake.MooncakeUnavailableError as e:
-        if os.environ.get("STEPWISE_TEST_MOONCAKE") == "1":
-            pytest.fail(f"STEPWISE_TEST_MOONCAKE=1 but {e}")
-        pytest.skip(f"no Mooncake transfer engine here ({e})")
+        missing(f"no Mooncake transfer engine here ({e})")

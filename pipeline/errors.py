@@ -45,3 +45,15 @@ class KVPoolExhaustedError(StepwiseError):
     """No free KV blocks: the caller should back off (pause intake) and retry later."""
 
     code = "kv_pool_exhausted"
+
+
+class OverloadedError(StepwiseError):
+    """Refused at admission: the budget controller sheds load, because even the smallest
+    budget could not hold the class's SLO (docs/budget.md). Worth sending again after
+    `retry_after_s`; the gateway answers it as HTTP 429 with `Retry-After`."""
+
+    code = "overloaded"
+
+    def __init__(self, message: str, *, retry_after_s: float, job_id: str | None = None):
+        super().__init__(message, job_id=job_id)
+        self.retry_after_s = retry_after_s

@@ -209,6 +209,13 @@ VARS: tuple[Var, ...] = (
         "BATCH_SLO_MS", "", "budget", "batch class's p95 SLO (ms); empty: the law's default", float
     ),
     Var("MAX_THINKING_TOKENS", "", "budget", "the law's upper bound on thinking tokens", int),
+    Var(
+        "MIN_THINKING_TOKENS",
+        "",
+        "budget",
+        "the thinking budget the law cuts to before it sheds load (empty: 64)",
+        int,
+    ),
     # The gateway
     Var("GATEWAY_PORT", "8000", "gateway", "HTTP / WebSocket / OpenAI API port", int),
     Var("GATEWAY_HOST", "127.0.0.1", "gateway", "address the gateway binds"),
@@ -330,6 +337,7 @@ class Settings:
             slo_ms=self["SLO_MS"],
             batch_slo_ms=self["BATCH_SLO_MS"],
             max_thinking_tokens=self["MAX_THINKING_TOKENS"],
+            min_thinking_tokens=self["MIN_THINKING_TOKENS"],
         )
 
     # -- what is shown and handed on ----------------------------------------------------

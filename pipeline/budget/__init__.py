@@ -1,5 +1,6 @@
-"""The budget stage (docs/budget.md): the control law's configuration, the law, and its Redis
-state. The worker is pipeline/budget/worker.py, the simulator pipeline/budget/sim.py."""
+"""The budget stage (docs/budget.md): the law's configuration, the actuator ladder, the signals,
+the law, a job's effective budget, and their Redis state. The worker is
+pipeline/budget/worker.py, the simulator pipeline/budget/sim.py."""
 
 from pipeline.budget.config import (
     DEFAULT_BUDGET_CONFIG,
@@ -7,15 +8,10 @@ from pipeline.budget.config import (
     BudgetConfig,
     SloClassConfig,
 )
-from pipeline.budget.law import (
-    BudgetController,
-    BudgetLimits,
-    LatencyWindow,
-    LawState,
-    Observation,
-    control_step,
-    limits_for,
-)
+from pipeline.budget.effective import Deadline, JobBudget, Pace, deadline_of, job_budget
+from pipeline.budget.ladder import ClassLimits, limits_at, rest_limits
+from pipeline.budget.law import BudgetController, LawState, control_step
+from pipeline.budget.signals import Completed, DecodeReport, RunningJob, Signals, predicted_ratio
 from pipeline.budget.state import (
     BudgetReader,
     budget_key,
@@ -24,19 +20,28 @@ from pipeline.budget.state import (
 )
 
 __all__ = [
+    "DEFAULT_BUDGET_CONFIG",
+    "SLO_CLASSES",
     "BudgetConfig",
     "BudgetController",
-    "BudgetLimits",
     "BudgetReader",
-    "DEFAULT_BUDGET_CONFIG",
-    "LatencyWindow",
+    "ClassLimits",
+    "Completed",
+    "Deadline",
+    "DecodeReport",
+    "JobBudget",
     "LawState",
-    "Observation",
-    "SLO_CLASSES",
+    "Pace",
+    "RunningJob",
+    "Signals",
     "SloClassConfig",
     "budget_key",
     "control_step",
-    "limits_for",
+    "deadline_of",
+    "job_budget",
+    "limits_at",
+    "predicted_ratio",
     "publish",
     "read",
+    "rest_limits",
 ]

@@ -1,206 +1,137 @@
-"""The thinking-budget control law (docs/budget.md): pure code driven by the caller's clock.
+"""The budget law: one pressure level per SLO class, moved by the predicted latency.
 
-Per SLO class, a PI law on log(max_thinking_tokens) holds the p95 end-to-end latency inside a
-band just under the class SLO, so it spends as much thinking as the SLO allows; a brake cuts
-the budget at once when p95 (or the consumer lag) is far over. `max_steps` and the probe
-effort follow the token budget. The law is plain code driven by the caller's clock (`now_s`),
-so the simulator (pipeline/budget/sim.py) and the tests run it without sleeping.
+Every control period the law reads the class's signals (signals.py) and computes the predicted
+latency over the SLO at the limits in force (`predicted_ratio`). Inside the band
+[band_lo, band_hi] nothing moves (hysteresis). Above it the pressure rises in proportion to
+ln(ratio / band_hi), at most a rung a second. Below the band it falls at
+`fall_per_s` a second, so every rung comes back when the load goes, most expensive first,
+but only as far as the prediction one step down stays under the band (else the rung given back
+would be taken again the next period: a limit cycle). The
+pressure maps to the actuators through the ladder (ladder.py); running jobs are held to their
+own deadlines in decode meanwhile (effective.py), so a job admitted before the law caught up
+is answered on time rather than late.
+
+Nothing here counts samples before it acts: at 0.1 jobs/s the running jobs and the pace say
+within a period what ten completions would say in two minutes. The law is plain code on the
+caller's clock, so the simulator (sim.py) and the tests run it without sleeping.
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from pipeline import schema
 from pipeline.budget.config import SloClassConfig
-
-
-@dataclass(slots=True, frozen=True)
-class BudgetLimits:
-    """What the controller publishes per class; ingest stamps it, decode re-reads it."""
-
-    max_steps: int
-    max_thinking_tokens: int
-    probe_effort: int  # steps between early-exit answer probes (1: probe after every step)
-    version: int = 0  # Redis version it was published (or read) under; 0: not published
-
-    def to_budget(self) -> schema.Budget:
-        return schema.Budget(
-            max_steps=self.max_steps,
-            max_thinking_tokens=self.max_thinking_tokens,
-            probe_effort=self.probe_effort,
-            version=self.version,
-        )
-
-
-def limits_for(cfg: SloClassConfig, tokens: float) -> BudgetLimits:
-    """The published limits for a token budget: steps and probe effort follow it."""
-    max_tokens = min(max(round(tokens), cfg.min_thinking_tokens), cfg.max_thinking_tokens)
-    steps = min(max(math.ceil(max_tokens / cfg.tokens_per_step), cfg.min_steps), cfg.max_steps)
-    probe = round(steps / cfg.probes_per_job)
-    probe = min(max(probe, cfg.min_probe_effort), cfg.max_probe_effort)
-    return BudgetLimits(max_steps=steps, max_thinking_tokens=max_tokens, probe_effort=probe)
-
-
-# -- measurement ----------------------------------------------------------------------------
-
-
-class LatencyWindow:
-    """End-to-end latencies of the jobs completed in the last `window_s` seconds."""
-
-    def __init__(self, window_s: float) -> None:
-        self.window_s = window_s
-        self._items: deque[tuple[float, float]] = deque()  # (completed at s, latency ms)
-
-    def add(self, now_s: float, latency_ms: float) -> None:
-        self._items.append((now_s, latency_ms))
-
-    def prune(self, now_s: float) -> None:
-        cutoff = now_s - self.window_s
-        while self._items and self._items[0][0] < cutoff:
-            self._items.popleft()
-
-    def count(self, now_s: float) -> int:
-        self.prune(now_s)
-        return len(self._items)
-
-    def rate(self, now_s: float) -> float:
-        """Completions per second over the window."""
-        return self.count(now_s) / self.window_s
-
-    def p95(self, now_s: float) -> float | None:
-        """Nearest-rank p95 in ms; None when the window is empty."""
-        return self.quantile(now_s, 0.95)
-
-    def quantile(self, now_s: float, q: float) -> float | None:
-        """Nearest-rank quantile of the values in the window; None when it is empty."""
-        self.prune(now_s)
-        if not self._items:
-            return None
-        values = sorted(v for _, v in self._items)
-        return values[max(0, math.ceil(q * len(values)) - 1)]
-
-
-# -- the law --------------------------------------------------------------------------------
-
-
-@dataclass(slots=True, frozen=True)
-class Observation:
-    """What one control period sees: the window's p95 and size, and optionally the lag."""
-
-    p95_ms: float | None
-    count: int
-    lag_jobs: int | None = None  # jobs admitted but not started (consumer lag)
-    completion_rate: float = 0.0  # jobs/s, turns the lag into a queueing time
-    demand_tokens: float | None = None  # p90 of the tokens jobs in the window actually used
+from pipeline.budget.ladder import LEVELS, ClassLimits, limits_at
+from pipeline.budget.signals import Completed, Demand, Prediction, Signals, predicted_ratio
 
 
 @dataclass(slots=True, frozen=True)
 class LawState:
-    """The law's memory: u = log(tokens) (the clamped output is the integrator), last error."""
+    """The law's memory: the pressure level and what the last period did, and why."""
 
-    log_tokens: float
-    prev_error: float = 0.0
-    hold: int = 0  # periods left after a brake, while the window still holds older jobs
-    brake_lag: int = 0  # lag at the last brake: a lag still growing brakes again in the hold
-    action: str = "init"  # the last step: brake, hold, band, queue, pi, saturated
+    pressure: float = 0.0
+    action: str = "init"  # hold | band | rise | fall | rest | kept | calm
+    ratio: float | None = None
+    source: str = "none"  # which signal set the ratio: new_job | running | done | none
+    calm_s: float = 0.0  # how long the ratio has stayed under the band
 
-    @classmethod
-    def initial(cls, cfg: SloClassConfig) -> LawState:
-        # Start at the top: a cold system is idle, and the first over-SLO window brakes.
-        return cls(log_tokens=math.log(cfg.max_thinking_tokens))
-
-    @property
-    def tokens(self) -> float:
-        return math.exp(self.log_tokens)
+    def describe(self) -> str:
+        ratio = "unknown" if self.ratio is None else f"{self.ratio:.2f}"
+        return f"{self.action}: predicted/SLO {ratio} (from {self.source})"
 
 
-def control_step(cfg: SloClassConfig, state: LawState, obs: Observation) -> LawState:
-    """One period of the law: brake, hold, hysteresis band, or a velocity-form PI step."""
-    u_min, u_max = math.log(cfg.min_thinking_tokens), math.log(cfg.max_thinking_tokens)
-    slo = cfg.slo_p95_ms
-    queued_ms = None
-    if obs.lag_jobs is not None and obs.completion_rate > 0:
-        queued_ms = 1000.0 * obs.lag_jobs / obs.completion_rate  # Little: time to drain
-    p95 = obs.p95_ms if obs.count >= cfg.min_samples else None
-    lag_over = queued_ms is not None and queued_ms > cfg.lag_brake_frac * slo
-    over = lag_over or (p95 is not None and p95 > cfg.brake_ratio * slo)
-    # The lag is seen at once, the window's p95 only after jobs finish: during the hold a
-    # growing queue still brakes, so a large load step is met within a few periods.
-    lag_growing = lag_over and (obs.lag_jobs or 0) > state.brake_lag
-    # A cut starts from what jobs use, not from a limit none of them reaches: cutting 512 to
-    # 358 when jobs stop at 100 changes nothing, and the pipeline measured that (bench/RESULTS).
-    cut_from = state.log_tokens
-    if obs.demand_tokens is not None and obs.demand_tokens > 0:
-        cut_from = min(cut_from, max(u_min, math.log(obs.demand_tokens)))
-    if (over and state.hold == 0) or lag_growing:
-        # Far over: do not wait for the integrator.
-        u = max(u_min, cut_from + math.log(cfg.brake_factor))
-        return LawState(u, 0.0, cfg.brake_hold_periods, obs.lag_jobs or 0, "brake")
-    if state.hold > 0:
-        return replace(state, hold=state.hold - 1, prev_error=0.0, action="hold")
-    # Two errors in log space, the tighter one wins: latency outside the band (0 inside it:
-    # hysteresis), and a standing queue above its target (the pool is at capacity, so more
-    # thinking would only wait in line; the lag shows this periods before the p95 does).
-    error = None
-    if p95 is not None:
-        lo, hi = cfg.band_lo * slo, cfg.band_hi * slo
-        # Outside the band, steer for its middle (not its edge, which is only approached).
-        error = 0.0 if lo <= p95 <= hi else math.log(math.sqrt(lo * hi) / p95)
-    in_band = error == 0.0
-    if queued_ms is not None and queued_ms > cfg.lag_hold_frac * slo:
-        # Between the hold and cut marks the queue only stops rises (a band of its own: a
-        # Poisson queue at capacity jitters); above the cut mark it cuts in proportion.
-        queue_error = min(0.0, math.log(cfg.lag_cut_frac * slo / queued_ms))
-        error = queue_error if error is None else min(error, queue_error)
-    if error is None:
-        return replace(state, prev_error=0.0, action="hold")  # too few samples to judge
-    if error == 0.0:
-        return replace(state, prev_error=0.0, action="band" if in_band else "queue")
-    delta = cfg.kp * (error - state.prev_error) + cfg.ki * error
-    # Rises are capped (latency reacts late to a budget raise), cuts are not.
-    delta = min(delta, cfg.max_rise)
-    u = (cut_from if delta < 0 else state.log_tokens) + delta
-    # Anti-windup: the state is the clamped output, so a long saturation stores nothing and
-    # the first period with an error of the other sign moves the budget off its bound.
-    clamped = min(max(u, u_min), u_max)
-    return LawState(clamped, error, 0, 0, "saturated" if clamped != u else "pi")
+def control_step(
+    cfg: SloClassConfig,
+    state: LawState,
+    predict: Callable[[float], Prediction],
+    dt_s: float,
+    floor: float = 0.0,
+) -> LawState:
+    """One period of the law. `predict(u)` is the class's prediction at pressure `u` (the
+    thinking cap moves with it); `floor` is a pressure the class may not go under (batch
+    yields to interactive)."""
+    u, calm = max(state.pressure, floor), state.calm_s
+    pred = predict(u)
+    ratio = pred.ratio
+    if ratio is None:
+        action = "hold"
+    elif ratio > cfg.band_hi:
+        action = "rise"
+        u += min(cfg.max_rise_per_s, cfg.rise_per_s * math.log(ratio / cfg.band_hi)) * dt_s
+    elif ratio < cfg.band_lo and u > floor:
+        calm += dt_s
+        # Fall once the ratio has stayed under the band a while (one period under it can be a
+        # lull between arrivals), and only where the prediction one step down stays under the
+        # band: a rung given back would otherwise be taken again (a limit cycle).
+        lower = max(floor, u - cfg.fall_per_s * dt_s)
+        after = predict(lower).ratio
+        if calm < cfg.calm_s:
+            action = "calm"
+        elif after is None or after <= cfg.band_hi:
+            action, u = "fall", lower
+        else:
+            action = "kept"
+    else:
+        action = "band" if ratio >= cfg.band_lo else "rest"
+    if action not in ("calm", "fall", "kept"):
+        calm = 0.0
+    u = min(LEVELS, max(floor, u))
+    return LawState(u, action, ratio, pred.source, calm)
 
 
 class BudgetController:
-    """One SLO class's law with its latency window; feed it Results, call `update` per period."""
+    """One SLO class's law: its completed-jobs window and its pressure. Feed it Results
+    (`observe`), call `update` once a period with the live signals."""
 
     def __init__(self, cfg: SloClassConfig) -> None:
         self.cfg = cfg
-        self.window = LatencyWindow(cfg.window_s)
-        self.used = LatencyWindow(cfg.window_s)  # tokens used per job, same window
-        self.state = LawState.initial(cfg)
+        self.done = Completed(cfg.window_jobs, cfg.window_s)
+        self.state = LawState()
+        self.last_s: float | None = None
+        self.prediction = Prediction(None, None, None, None)
 
-    def observe(self, now_s: float, latency_ms: float, used_tokens: int | None = None) -> None:
-        self.window.add(now_s, latency_ms)
-        if used_tokens is not None:
-            self.used.add(now_s, float(used_tokens))
+    def observe(self, now_s: float, latency_ms: float, demand: Demand) -> None:
+        """A completed job: its latency and the work it wanted."""
+        self.done.add(now_s, latency_ms, demand)
 
-    def update(
-        self, now_s: float, lag_jobs: int | None = None, completion_rate: float | None = None
-    ) -> BudgetLimits:
-        """One period of the law. `completion_rate` (jobs/s) is the rate that drains the queue
-        `lag_jobs` counts; None: this class's own, right when the queue holds only its jobs. A
-        queue shared with other classes drains at all their rates: the pipeline passes the sum,
-        so another class's backlog is not divided by this class's (smaller) rate."""
-        rate = self.window.rate(now_s) if completion_rate is None else completion_rate
-        obs = Observation(
-            p95_ms=self.window.p95(now_s),
-            count=self.window.count(now_s),
-            lag_jobs=lag_jobs,
-            completion_rate=rate,
-            demand_tokens=self.used.quantile(now_s, 0.9),
+    def signals(self, now_s: float, sig: Signals) -> Signals:
+        """`sig` (the live pace, queue, running jobs) with this class's own window in it."""
+        p90 = self.done.latency_quantile(now_s, 0.9)
+        return replace(
+            sig,
+            slo_s=self.cfg.slo_p95_ms / 1000.0,
+            answer_tokens=self.cfg.answer_tokens,
+            demand=sig.demand or self.done.demands(),
+            done_p90_s=None if p90 is None else p90 / 1000.0,
+            done_count=self.done.count(now_s),
+            full_say=self.cfg.full_say_jobs,
         )
-        self.state = control_step(self.cfg, self.state, obs)
-        return self.limits
+
+    def update(self, now_s: float, sig: Signals, floor: float = 0.0) -> ClassLimits:
+        dt = self.cfg.control_period_s if self.last_s is None else now_s - self.last_s
+        self.last_s = now_s
+        sig = self.signals(now_s, sig)
+
+        def predict(u: float) -> Prediction:
+            return predicted_ratio(sig, limits_at(self.cfg, u))
+
+        self.state = control_step(self.cfg, self.state, predict, max(0.0, dt), floor)
+        self.prediction = predict(self.state.pressure)
+        return self.limits_for(sig)
+
+    def limits_for(self, sig: Signals | None = None) -> ClassLimits:
+        """The limits at the present pressure; a refused job is told to come back after about
+        one job's time at the present pace (bounded by the SLO)."""
+        retry = self.cfg.slo_p95_ms / 2000.0
+        if sig is not None:
+            new = sig.new_job_s(limits_at(self.cfg, self.state.pressure))
+            if new is not None:
+                retry = new
+        retry = min(max(1.0, retry), self.cfg.slo_p95_ms / 1000.0)
+        return limits_at(self.cfg, self.state.pressure, retry)
 
     @property
-    def limits(self) -> BudgetLimits:
-        return limits_for(self.cfg, self.state.tokens)
+    def limits(self) -> ClassLimits:
+        return self.limits_for()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from pipeline import __version__
-from pipeline.cli import trace_commands
+from pipeline.cli import budget_commands, trace_commands
 from pipeline.cli.commands import (
     WORKER_CLASSES,
     _add_engine_args,
@@ -180,6 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_config)
 
     trace_commands.add_parsers(sub)
+    budget_commands.add_parsers(sub)
 
     d = sub.add_parser(
         "demo",

@@ -133,7 +133,8 @@ class StreamView:
         style = "green" if r.status in ("ok", "cached") else "red"
         text = Text.assemble((r.status, f"bold {style}"), "  ")
         text.append(
-            f"budget {b.used}/{b.limit} thinking tokens · stop_reason {b.stop_reason} · "
+            f"budget {b.used}/{b.max_thinking_tokens} thinking tokens{_set_by(b.binding)} · "
+            f"stop_reason {b.stop_reason} · "
             f"{u.steps} steps, {u.backtracks} backtrack{'' if u.backtracks == 1 else 's'}, "
             f"{u.completion_tokens} tokens"
             + (f" · {r.timings.e2e_ms:.0f} ms" if r.timings.e2e_ms is not None else ""),
@@ -259,3 +260,9 @@ def run(args: argparse.Namespace, console: Console | None = None) -> int:
         except OSError as exc:
             raise StepwiseError(f"cannot reach {args.url}: {exc}", code="unreachable") from None
     return 0 if result is not None and result.status in ("ok", "cached") else 1
+
+
+def _set_by(binding: str) -> str:
+    """The job's deadline cut its thinking (the budget controller): said, since its answer
+    was forced early for that."""
+    return " (cut by its deadline)" if binding == "deadline" else ""

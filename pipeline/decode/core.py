@@ -19,11 +19,13 @@ import msgspec
 from redis import Redis as SyncRedis
 
 from pipeline import schema
+from pipeline.budget import Pace, job_budget
 from pipeline.cache import CACHEABLE_VERDICTS, SCOPES, Cache, CacheConfig, Scope, step_key
 from pipeline.config import PipelineConfig
 from pipeline.decode.driver import ReasoningDriver
 from pipeline.decode.kv_intake import KVIntake, kv_mark
 from pipeline.decode.messages import Inward, StepPut, Tick, TickStats, TraceMark
+from pipeline.decode.pace import LoadTracker, StepTimer, apply_budget, load_report
 from pipeline.decode.reasoning import Note, ReasoningConfig
 from pipeline.decode.results import JobRun, finish, outward, token_events
 from pipeline.engine.backend import StepEngine
@@ -33,6 +35,8 @@ from pipeline.stage.worker import now_ms
 from pipeline.transfer.kv_import import KVImporter
 
 log = logging.getLogger(__name__)
+
+REPORT_EVERY_S = 1.0  # the load report's period (the budget worker reads it about as often)
 
 
 class DecodeCore:
@@ -51,6 +55,12 @@ class DecodeCore:
         self.runs: dict[str, JobRun] = {}
         self.traced: set[str] = set()  # pending handoffs whose trace is sampled
         self._stats = TickStats()
+        # The live pace and load, for jobs' deadlines and the budget controller's report.
+        self.timer = StepTimer()
+        self.load = LoadTracker()
+        self._stepped_at: float | None = None  # when the last engine step began
+        self._reported_at = 0.0
+        self.deadline_cuts: dict[str, int] = {}  # jobs a deadline cut, per SLO class
 
     @property
     def num_runs(self) -> int:
@@ -64,6 +74,12 @@ class DecodeCore:
             or self.verdicts
             or (self.runs and self.engine.has_schedulable)
         )
+
+    @property
+    def report_due(self) -> bool:
+        """The budget controller's load report is due: an idle core ticks for it too (the
+        controller must see the load gone, not the last busy report again)."""
+        return time.monotonic() - self._reported_at >= REPORT_EVERY_S
 
     @property
     def waiting_on_io(self) -> bool:
@@ -90,14 +106,28 @@ class DecodeCore:
         self._stats = TickStats()
         self._admit(out)
         if self.engine.has_schedulable:
-            out.stats.generated_tokens += len(self.engine.step())
+            began = time.monotonic()
+            batch = len(self.engine.step())
+            out.stats.generated_tokens += batch
+            self._time_step(began, batch)
+        else:
+            self._stepped_at = None
         emit, now_s = _Emitter(out, self.engine.tokenizer, now_ms()), time.monotonic()
         self._apply_verdicts(emit, now_s)
         live = self._advance(emit, now_s)
         self._splice_cached([r for r in live if not r.seq.is_finished], emit, now_s)
         self._retire(out, emit)
+        for req in out.checks:
+            self.load.check_sent(f"{req.id}/{req.key}")
         self._report(out, emit.events)
         return out
+
+    def _time_step(self, began: float, batch: int) -> None:
+        """A sequence's time per token: from one engine step to the next while the batch
+        runs back to back (a gap with nothing to step is not its pace)."""
+        if self._stepped_at is not None and batch:
+            self.timer.record(batch, began - self._stepped_at)
+        self._stepped_at = began
 
     def _admit(self, out: Tick) -> None:
         """Start the handoffs that came; one that cannot run here gets an error Result."""
@@ -122,6 +152,7 @@ class DecodeCore:
     def _apply_verdicts(self, emit: _Emitter, now_s: float) -> None:
         verdicts, self.verdicts = self.verdicts, []
         for v in verdicts:
+            self.load.verdict_in(f"{v.id}/{v.key}")
             run = self.runs.get(v.id)
             if run is not None:  # else: a job that finished or moved on
                 try:
@@ -135,15 +166,12 @@ class DecodeCore:
     def _advance(self, emit: _Emitter, now_s: float) -> list[JobRun]:
         """Every unfinished job after the step: live limits, token events, its reasoning."""
         live = []
+        pace = self.pace()
         for run in self.runs.values():
             if not run.seq.is_finished:
                 try:
-                    # Live limits tighten jobs already running (checked at step boundaries).
-                    budget = self.budgets.get(run.handoff.slo.class_)
-                    if budget is not None:
-                        run.driver.reasoner.update_budget(
-                            budget.max_thinking_tokens, budget.max_steps
-                        )
+                    live_budget = self.budgets.get(run.handoff.slo.class_)
+                    apply_budget(run, live_budget, pace, now_s, self.deadline_cuts)
                     if run.reprefill_from_ns is not None and run.seq.num_output_tokens:
                         # The prompt prefilled again, its first token out: what it cost.
                         run.reprefill_ms = (time.monotonic_ns() - run.reprefill_from_ns) / 1e6
@@ -154,6 +182,14 @@ class DecodeCore:
                 except Exception:
                     self._fail(run)
         return live
+
+    def pace(self) -> Pace | None:
+        """The live pace a running sequence gets, and what its answer needs after it."""
+        tok_s = self.timer.pace_tok_s
+        if tok_s is None:
+            return None
+        wait = self.load.verdict_wait_ms()
+        return Pace(tok_s, verdict_wait_s=0.0 if wait is None else wait / 1000.0)
 
     def _retire(self, out: Tick, emit: _Emitter) -> None:
         """Finished jobs' last Events and their one Result each."""
@@ -177,6 +213,10 @@ class DecodeCore:
         out.stats.kv_used, out.stats.kv_total = used, total
         out.stats.num_runs = len(self.runs)
         out.stats.num_reprefills = self.intake.num_reprefills
+        if (at := time.monotonic()) - self._reported_at >= REPORT_EVERY_S:
+            self._reported_at = at
+            out.report = load_report(self.runs.values(), self.timer, self.load, self.config,
+                                     len(self.pending), self.deadline_cuts)  # fmt: skip
 
     # -- starting a job ---------------------------------------------------------------------
 
@@ -186,24 +226,20 @@ class DecodeCore:
         """The job live in the engine (its KV imported, or its prompt prefilled again) and the
         KV buffer to ack; `marks`: where a traced job's import is reported."""
         engine, cfg = self.engine, self.config
-        # The thinking budget: the stamped one, or the job's own max_tokens / max_steps if
-        # tighter. Running out of it forces the answer; the engine's own limit sits above it,
-        # with room for the answer.
-        thinking = min(
-            h.budget.max_thinking_tokens,
-            h.params.max_tokens or schema.MAX_TOKENS,
-            h.params.thinking_budget or schema.MAX_TOKENS,
-        )
-        steps = min(h.budget.max_steps, h.params.max_steps or schema.MAX_STEPS)
+        # The job's budget as it starts (pipeline/budget/effective.py: its own caps and the
+        # stamped class limits; deadlines and live limits follow at every tick). Running out
+        # of it forces the answer; the engine's own limit sits above it, with room for that.
+        start = job_budget(h.params, h.budget, self.budgets.get(h.slo.class_))
+        thinking = start.max_thinking_tokens
         reasoning = ReasoningConfig(
             verify=h.params.verify,
             max_retries=cfg.max_retries,
             max_backtracks=cfg.max_backtracks,
             verdict_timeout_s=cfg.verdict_timeout_s,
             max_thinking_tokens=thinking,
-            max_steps=steps,
-            early_exit=h.params.early_exit,
-            probe_every=h.budget.probe_effort,
+            max_steps=start.max_steps,
+            early_exit=start.early_exit,
+            probe_every=start.probe_every,
             format=engine.reasoning_format,
         )
         limit = thinking + reasoning.answer_tokens + 32  # (room for the forcing text too)
@@ -216,6 +252,8 @@ class DecodeCore:
         # The user's question, never the rendered template (older producers: the prompt).
         problem = h.problem or engine.tokenizer.decode(h.token_ids)
         run = JobRun(h, driver, problem, self.verdict_stream, now_ms(), traced=marks is not None)
+        run.binding = start.binding
+        self.load.started(run.started_ms - h.admitted_ms)
         run.kv_import_ms = kv.ms if kv.transport != "none" else None
         if kv.outcome == "reprefill":
             run.reprefill_from_ns = time.monotonic_ns()

@@ -67,7 +67,7 @@ def serve(
             core.take(msg)
         if unpublished >= max_unpublished:
             continue
-        if not (core.wants_tick or (core.num_runs and not msgs and timeout > 0)):
+        if not (core.wants_tick or core.report_due or (core.num_runs and not msgs and timeout > 0)):
             continue
         try:
             tick = core.tick()

@@ -5,7 +5,8 @@ prefill and why, in error, when the import failed), then one `step` span per ste
 from the step boundary before it to its end (a resampled step after a backtrack is a new span;
 steps cut off by a backtrack keep theirs, since that time was spent). Each verify check is a
 child of its step's span, so a verdict sits under the step it judged. Verdicts, backtracks,
-forced answers and early exits are events on the decode span at the moment the core saw them.
+forced answers, early exits and budget cuts (the job's thinking cap tightened: by the class, or
+by its deadline at the live pace) are events on the decode span at the moment the core saw them.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pipeline import schema
 from pipeline.decode.messages import TraceMark
 from pipeline.tracing import spans
 
-EVENTS = ("verdict", "backtrack", "forced_answer", "early_exit")
+EVENTS = ("verdict", "backtrack", "forced_answer", "early_exit", "budget_cut")
 
 
 class JobTrace:

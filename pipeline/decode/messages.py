@@ -11,6 +11,7 @@ from __future__ import annotations
 import msgspec
 
 from pipeline import schema
+from pipeline.budget.signals import DecodeReport
 
 
 class Inward(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -82,6 +83,7 @@ class Tick(msgspec.Struct, kw_only=True):
     puts: list[StepPut] = []
     marks: list[TraceMark] = []  # traced jobs only
     stats: TickStats = msgspec.field(default_factory=TickStats)
+    report: DecodeReport | None = None  # the load report, about once a second
 
 
 class Ready(msgspec.Struct, kw_only=True):

@@ -17,23 +17,20 @@ a late contradiction of the last step can still be undone.
 
 Backtracking: a contradicted step is resampled from its start with a new seed, up to
 `max_retries` times; then the step before it is dropped too (once per step); then, or after
-`max_backtracks` in all, the job gives up: it is rolled back to the start of the failing step
-and its answer is forced from the chain before it (as on a spent budget), so it still ends
-with an answer in the model's format; it finishes honestly as `unverified`, with no
-contradicted step in its chain. A verdict that
-does not arrive within `verdict_timeout_s` counts as `unknown` (reason timeout), so a lost task
-never stalls a job.
+`max_backtracks` in all, the job gives up: rolled back to the failing step, its answer forced
+from the chain before it, finished honestly as `unverified`. Under load the controller caps
+the backtracks (`resample_cap`): past the cap a contradicted step is kept, checked and
+reported. A verdict later than `verdict_timeout_s` (or than its deadline allows) counts as
+`unknown`, so a lost task never stalls a job.
 
-Budget (docs/budget.md): when the thinking budget runs out (`max_thinking_tokens`, counting
-kept, discarded and probe tokens, or `max_steps`), the sequence pauses until its pending
-verdicts are in, is cut back to the end of its last accepted step, gets the format's forcing text
-appended (the thinking closed, the answer prefix: `ReasoningConfig.format`) and decodes the
-answer greedily (`stop_reason` budget) — it is never just truncated. Early exit: after every
-`probe_every`-th step a probe (the format's probe text plus a few greedy tokens, a side sequence
-sharing the KV prefix) reads the answer the model would give now; when the last `probe_agree`
-probes agree, or one probe's mean token probability reaches `probe_confidence`, and every step
-so far is verified (none unknown, one entailed or consistent), the job ends with that answer
-(`stop_reason` early_exit).
+Budget (docs/budget.md; `update_budget` takes the job's effective budget, recomputed at every
+tick): when it runs out (tokens kept, discarded and probed, or steps), the sequence waits for
+its pending verdicts, is cut back to its last accepted step, gets the format's forcing text
+and decodes the answer greedily (`stop_reason` budget): never just truncated. Early exit: after
+every `probe_every`-th step a probe (the format's probe text and a few greedy tokens, a side
+sequence sharing the KV prefix) reads the answer the model would give now; when the last
+`probe_agree` probes agree (or one reaches `probe_confidence`) and every step so far is
+verified, the job ends with that answer (`stop_reason` early_exit).
 """
 
 from __future__ import annotations
@@ -42,6 +39,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.budget.effective import JobBudget
 from pipeline.decode.reasoning_types import (
     CONTRADICTED,
     UNVERIFIED,
@@ -58,22 +56,10 @@ from pipeline.decode.reasoning_types import (
     Resume,
     Rollback,
     Step,
+    normalize_answer,
+    reseed,
 )
 from pipeline.verify.coverage import Tally
-
-_MASK63 = (1 << 63) - 1
-
-
-def normalize_answer(text: str) -> str:
-    return " ".join(text.split()).lower().rstrip(".")
-
-
-def reseed(seed: int, n: int) -> int:
-    """The sampling seed of the n-th backtrack: different for every n, reproducible."""
-    x = (seed + 0x9E3779B97F4A7C15 * (n + 1)) & ((1 << 64) - 1)
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & ((1 << 64) - 1)
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & ((1 << 64) - 1)
-    return (x ^ (x >> 31)) & _MASK63
 
 
 @dataclass(slots=True)
@@ -91,8 +77,16 @@ class Reasoner:
     finished: bool = False
     phase: str = "think"  # think | wait_answer (budget spent, verdicts pending) | answer
     stop_reason: str | None = None  # budget | early_exit | unverified; None: the model's own
-    max_thinking_tokens: int | None = None  # live budget: the config's, or tighter
+    max_thinking_tokens: int | None = None  # live budget (update_budget): the config's at first
     max_steps: int | None = None
+    # Backtracks allowed before resampling stops (the controller's cap under pressure; None:
+    # none beyond max_backtracks). Past it a contradicted step is kept, checked and reported.
+    resample_cap: int | None = None
+    early_exit: bool = False  # probing for an early answer (the job's wish, or the controller's)
+    probe_every: int = 1
+    num_unresampled: int = 0  # contradicted steps kept because resampling was capped
+    # When its deadline needs the answer started (monotonic s): pending verdicts then count
+    verdicts_due_s: float | None = None  # as unknown rather than hold the answer past it
     num_probe_tokens: int = 0
     probes: dict[str, tuple[str, int]] = field(default_factory=dict)  # key -> (step key, pos)
     answers: list[tuple[str, str]] = field(default_factory=list)  # (step key, probed answer)
@@ -108,6 +102,8 @@ class Reasoner:
     def __post_init__(self) -> None:
         self.max_thinking_tokens = self.config.max_thinking_tokens
         self.max_steps = self.config.max_steps
+        self.early_exit = self.config.early_exit
+        self.probe_every = self.config.probe_every
 
     @property
     def verifying(self) -> bool:
@@ -151,8 +147,7 @@ class Reasoner:
             return actions
         if self.max_steps is not None and len(self.chain) >= self.max_steps:
             return actions + self._out_of_budget()
-        c = self.config
-        if c.early_exit and c.probe_every and (step.index + 1) % c.probe_every == 0:
+        if self.early_exit and self.probe_every and (step.index + 1) % self.probe_every == 0:
             probe = f"p{step.key}"
             self.probes[probe] = (step.key, end)
             actions.append(Probe(probe, end))
@@ -181,14 +176,15 @@ class Reasoner:
     def _answered(self) -> bool:
         return bool(self.chain) and self.is_answer(self.chain[-1].text)
 
-    def update_budget(self, max_thinking_tokens: int | None, max_steps: int | None) -> None:
-        """Live limits (the controller's): they can only tighten the job's own."""
-
-        def tighter(own: int | None, live: int | None) -> int | None:
-            return live if own is None else own if live is None else min(own, live)
-
-        self.max_thinking_tokens = tighter(self.config.max_thinking_tokens, max_thinking_tokens)
-        self.max_steps = tighter(self.config.max_steps, max_steps)
+    def update_budget(self, budget: JobBudget) -> None:
+        """The job's effective budget now (pipeline/budget/effective.py), while it thinks."""
+        if self.phase != "think" or self.finished:
+            return
+        self.max_thinking_tokens = budget.max_thinking_tokens
+        self.max_steps = budget.max_steps
+        self.resample_cap = budget.resample_cap
+        self.early_exit = budget.early_exit
+        self.probe_every = budget.probe_every
 
     def on_probe(self, key: str, answer: str, mean_p: float, num_tokens: int) -> list[Action]:
         """A probe finished: `answer` is what the model would say now."""
@@ -308,7 +304,13 @@ class Reasoner:
             # Cut it out of the sequence now: left in, it would be read back as a new step.
             actions.append(Rollback(step.start, self.seed))
             return actions + self._maybe_answer()
-        if verdict == CONTRADICTED:
+        capped = self.resample_cap is not None and self.num_backtracks >= self.resample_cap
+        if verdict == CONTRADICTED and capped:
+            # Resampling is capped: the step stays, reported as contradicted; decoding goes on.
+            self.num_unresampled += 1
+            kept = f"{detail or 'contradicted'}; kept: resampling is capped under load"
+            actions[0] = Note("verdict", step.index, step.text, verdict, kept, step.claims)
+        elif verdict == CONTRADICTED:
             return actions + self._backtrack(step)
         if self.phase == "wait_answer":
             return actions + self._maybe_answer()
@@ -319,11 +321,16 @@ class Reasoner:
         return actions + self._maybe_finish()
 
     def on_tick(self, now_s: float) -> list[Action]:
-        """Time passes: verdicts overdue by `verdict_timeout_s` count as unknown."""
+        """Time passes: verdicts overdue by `verdict_timeout_s` count as unknown, and so do all
+        pending ones once the job's deadline needs its answer started (`verdicts_due_s`)."""
         actions: list[Action] = []
         deadline = now_s - self.config.verdict_timeout_s
+        due = self.verdicts_due_s is not None and now_s >= self.verdicts_due_s
         for step in self.pending:
-            if step.sent_s <= deadline:
+            if due:
+                why = "deadline: no verdict before the answer was due"
+                actions += self.on_verdict(step.key, "unknown", why, now_s)
+            elif step.sent_s <= deadline:
                 actions += self.on_verdict(step.key, "unknown", "timeout: no verdict", now_s)
         return actions
 

@@ -137,3 +137,20 @@ class ExitWith:
 
 
 Action = Check | Rollback | Resume | Finish | Note | Pause | ForceAnswer | Probe | ExitWith
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+_MASK63 = (1 << 63) - 1
+
+
+def normalize_answer(text: str) -> str:
+    return " ".join(text.split()).lower().rstrip(".")
+
+
+def reseed(seed: int, n: int) -> int:
+    """The sampling seed of the n-th backtrack: different for every n, reproducible."""
+    x = (seed + 0x9E3779B97F4A7C15 * (n + 1)) & ((1 << 64) - 1)
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & ((1 << 64) - 1)
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & ((1 << 64) - 1)
+    return (x ^ (x >> 31)) & _MASK63

@@ -31,6 +31,9 @@ class JobRun:
     kv_import_ms: float | None = None  # the KV import (or the failed try before a re-prefill)
     reprefill_from_ns: int | None = None  # KV not imported: prefilling again since (monotonic)
     reprefill_ms: float | None = None  # how long that took, to the first token
+    binding: str = "default"  # what set its thinking cap last (pipeline/budget/effective.py)
+    deadline_cut: bool = False  # its deadline has tightened its budget
+    marked_cap: int = 0  # the thinking cap its trace last reported (budget_cut events)
 
     @property
     def seq(self) -> Sequence:
@@ -157,6 +160,7 @@ def finish(
             probe_tokens=r.num_probe_tokens,
             steps=len(r.chain),
             backtracks=r.num_backtracks,
+            unresampled=r.num_unresampled,
         ),
         timings=schema.Timings(
             queue_ms=max(0, h.admitted_ms - h.created_ms) if h.created_ms else None,
@@ -165,8 +169,9 @@ def finish(
             stages=decode_stages(run, h, now_ms),
         ),
         budget=schema.BudgetReport(
-            limit=r.max_thinking_tokens or seq.params.max_tokens,
+            max_thinking_tokens=r.max_thinking_tokens or seq.params.max_tokens,
             used=run.driver.tokens_spent(),
+            binding=run.binding,  # type: ignore[arg-type]
             stop_reason=stop,  # type: ignore[arg-type]
         ),
         verification=verification,

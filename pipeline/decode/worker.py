@@ -18,10 +18,12 @@ import contextlib
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
+import msgspec
 from aiokafka import ConsumerRecord
 
 from pipeline import schema, telemetry
-from pipeline.budget import SLO_CLASSES, BudgetReader
+from pipeline.budget import SLO_CLASSES, BudgetReader, DecodeReport
+from pipeline.budget.state import publish_report
 from pipeline.bus import Ack
 from pipeline.cache import Cache, CacheConfig, Scope
 from pipeline.decode.core_client import CoreClient, make_core
@@ -45,6 +47,7 @@ class DecodeWorker(EngineStageWorker):
         self.traces: dict[str, JobTrace] = {}  # each running traced job's spans
         self.num_finishing = 0  # of those, jobs whose Result is made but not yet delivered
         self.num_runs = 0  # jobs in the engine (the core's last word)
+        self.load_report: DecodeReport | None = None  # the core's latest, for the controller
         self.num_reprefills = 0  # handoffs whose KV could not be imported (the core's count)
         self.kv_used = 0
         self._unacked: list[asyncio.Future] = []  # event sends not yet acknowledged
@@ -96,6 +99,10 @@ class DecodeWorker(EngineStageWorker):
             free = free if self.room() > 0 else min(free, -1)  # paused: a last resort
             load = DecodeLoad(self.worker_id, parts, free, kv_free, now_ms())
             await publish_load(self.redis, self.config.topic_prefix, load)
+        if self.load_report is not None:  # the budget controller's signals
+            report = msgspec.structs.replace(self.load_report, worker=self.worker_id)
+            await publish_report(self.redis, self.config.topic_prefix, report)
+            telemetry.set_decode_pace(report.pace_tok_s, report.running, report.capacity)
 
     def room(self) -> int:
         """Handoffs this worker takes before it pauses its partitions (what placement reads).
@@ -148,6 +155,8 @@ class DecodeWorker(EngineStageWorker):
             telemetry.cache_miss("step")
         for transport, outcome, seconds in st.kv_imports:
             telemetry.observe_kv_import(transport, outcome, seconds)
+        if tick.report is not None:
+            self.load_report = tick.report
         for mark in tick.marks:  # before the tick's checks go out: they join their steps' spans
             if (trace := self.traces.get(mark.id)) is not None:
                 trace.apply(mark)

@@ -27,7 +27,7 @@ from pipeline import schema
 from pipeline.gateway.deps import GatewayDep, TenantDep
 from pipeline.gateway.hub import Subscription
 from pipeline.gateway.jobs_api import json_response
-from pipeline.gateway.service import Gateway, GatewayError, new_job_id
+from pipeline.gateway.service import Gateway, GatewayError, new_job_id, result_error
 
 router = APIRouter()
 FINISH_REASONS = {"answer": "stop", "early_exit": "stop", "unverified": "stop"}
@@ -141,9 +141,7 @@ def usage(result: schema.Result) -> dict[str, int]:
 
 def check_result(result: schema.Result) -> None:
     if result.status in ("rejected", "error"):
-        err = result.error or schema.ErrorInfo(code="internal", message="job failed")
-        status = 400 if result.status == "rejected" else 500
-        raise GatewayError(err.message, code=err.code, status=status, field=err.field)
+        raise result_error(result)
 
 
 def finish_reason(result: schema.Result) -> str:

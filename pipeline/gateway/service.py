@@ -3,15 +3,20 @@ follow it. Owns the producer, the hub and its Kafka feed."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 import time
 import uuid
 
 import msgspec
+import redis.asyncio
 
 from pipeline import schema, telemetry
+from pipeline.budget import SLO_CLASSES, BudgetReader
+from pipeline.budget.admission import check_admission
 from pipeline.bus import BusConfig, Producer
-from pipeline.errors import StepwiseError
+from pipeline.errors import OverloadedError, StepwiseError
 from pipeline.gateway.auth import ApiKeys, redis_keys_name, redis_lookup
 from pipeline.gateway.feed import KafkaFeed
 from pipeline.gateway.hub import Hub, JobLog, Subscription
@@ -63,6 +68,19 @@ class GatewayError(StepwiseError):
         return None
 
 
+def result_error(result: schema.Result) -> GatewayError:
+    """The HTTP error for a job's error Result: 400 for a rejected job, 429 with Retry-After
+    for one refused under load (`overloaded`), 500 for anything else."""
+    err = result.error or schema.ErrorInfo(code="internal", message="job failed")
+    status = 400 if result.status == "rejected" else 500
+    if err.code == OverloadedError.code:
+        status = 429
+    return GatewayError(
+        err.message, code=err.code, status=status, field=err.field,
+        retry_after_s=err.retry_after_s if status == 429 else None,
+    )  # fmt: skip
+
+
 def not_found(job_id: str) -> GatewayError:
     return GatewayError(f"no job {job_id!r}", code="not_found", status=404)
 
@@ -92,8 +110,6 @@ class Gateway:
         self.redis = None  # holds API keys when config.api_keys_redis
         lookup = None
         if config.api_keys_redis:
-            import redis.asyncio
-
             self.redis = redis.asyncio.Redis.from_url(config.pipeline.redis, socket_timeout=2)
             lookup = redis_lookup(self.redis, redis_keys_name(config.pipeline.topic_prefix))
         self.keys = ApiKeys(config.api_keys, lookup, ttl_s=config.key_cache_ttl_s)
@@ -102,6 +118,9 @@ class Gateway:
         self.hub = Hub(config.max_jobs, config.max_events_per_job)
         self.feed = KafkaFeed(self.bus, self.topics, self.hub)
         self.producer: Producer | None = None  # aiokafka wants the running loop: see start()
+        # The budget controller's live limits, to refuse a shed job before it is published.
+        self.budgets: BudgetReader | None = None
+        self._budget_task: asyncio.Task | None = None
 
     async def start(self) -> None:
         if not self.config.pipeline.kafka:
@@ -111,13 +130,46 @@ class Gateway:
         self.producer = Producer(self.bus)
         await self.producer.start()
         await self.feed.start()
+        if self.config.pipeline.redis:
+            client = redis.asyncio.Redis.from_url(self.config.pipeline.redis, socket_timeout=2)
+            self.budgets = BudgetReader(client, self.config.pipeline.topic_prefix)
+            self._budget_task = asyncio.create_task(self._refresh_budgets())
+
+    async def _refresh_budgets(self) -> None:
+        assert self.budgets is not None
+        while True:
+            for slo_class in SLO_CLASSES:
+                with contextlib.suppress(Exception):  # Redis away: keep the last limits
+                    await self.budgets.get(slo_class)
+            await asyncio.sleep(1.0)
 
     async def stop(self) -> None:
+        if self._budget_task is not None:
+            self._budget_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._budget_task
+            assert self.budgets is not None
+            await self.budgets.redis.aclose()
         await self.feed.stop()
         if self.producer is not None:
             await self.producer.stop()
         if self.redis is not None:
             await self.redis.aclose()
+
+    def check_load(self, job: schema.Job) -> None:
+        """429 with Retry-After, before the job is published, when the budget controller sheds
+        the job's class and this job is among those refused (ingest decides the same way, by
+        the job's id, for clients that publish to Kafka directly)."""
+        if self.budgets is None:
+            return
+        cls = job.slo.class_
+        try:
+            check_admission(job.id, cls, self.budgets.cached(cls))
+        except OverloadedError as e:
+            telemetry.job_shed(cls, "gateway")
+            raise GatewayError(
+                str(e), code=e.code, status=429, retry_after_s=e.retry_after_s
+            ) from None
 
     def inflight(self, tenant: str) -> int:
         return sum(
@@ -134,6 +186,7 @@ class Gateway:
             raise GatewayError(
                 f"tenant {tenant!r} has {limit} jobs in flight", code="too_many_jobs", status=429
             )
+        self.check_load(job)
         wait_s = self.rates.take(tenant)  # last: only a job that is going out takes a token
         if wait_s:
             rate = self.rates.limit_for(tenant)

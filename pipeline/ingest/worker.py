@@ -6,10 +6,14 @@ key rides along so decode can store the answer (pipeline/cache/, docs/cache.md).
 
 from __future__ import annotations
 
+import contextlib
+
 import msgspec
 from aiokafka import ConsumerRecord
 
 from pipeline import schema, telemetry
+from pipeline.budget.admission import check_admission
+from pipeline.budget.state import count_arrival
 from pipeline.bus import Ack
 from pipeline.cache import (
     Cache,
@@ -23,6 +27,7 @@ from pipeline.config import DEFAULT_BLOCK_SIZE
 from pipeline.engine.model_config import ModelConfig
 from pipeline.engine.prepare import resolve_model
 from pipeline.engine.tokenizer import Tokenizer
+from pipeline.errors import OverloadedError
 from pipeline.ingest.core import IngestCore, job_seed
 from pipeline.stage.jobstate import Admission
 from pipeline.stage.worker import StageWorker, now_ms
@@ -49,8 +54,10 @@ class IngestWorker(StageWorker):
                 max_steps=self.config.default_max_steps,
                 max_thinking_tokens=self.config.default_max_thinking_tokens,
             ),
-            budget_source=self.start_budget_reader().cached,
+            budget_source=(budgets := self.start_budget_reader()).cached,
         )
+        self.budgets = budgets
+        self.num_shed = 0
         self.num_duplicates = 0
         self.num_cached = 0
         self.num_routed = 0
@@ -79,6 +86,10 @@ class IngestWorker(StageWorker):
                     spans.end(span, outcome="cached")
                     ack()
                     return
+            if await self._shed(job):
+                spans.end(span, outcome="overloaded")
+                ack()
+                return
             task = self.core.admit(job, now_ms())
             if key is not None:
                 task = msgspec.structs.replace(task, cache_key=key)
@@ -104,6 +115,32 @@ class IngestWorker(StageWorker):
         except Exception as e:  # the base dead-letters it; its trace says where it failed
             spans.end(span, error=f"{type(e).__name__}: {e}")
             raise
+
+    async def _shed(self, job: schema.Job) -> bool:
+        """Counts the job's arrival for the controller, and refuses it when the class's live
+        limits shed load (docs/budget.md): an error Result `overloaded` with a retry-after,
+        and the job marked done (a redelivered copy is a duplicate, not a second refusal)."""
+        cls = job.slo.class_
+        try:
+            check_admission(job.id, cls, self.budgets.cached(cls))
+        except OverloadedError as e:
+            with contextlib.suppress(Exception):  # counting never refuses or fails a job
+                await count_arrival(self.redis, self.config.topic_prefix, cls, shed=True)
+            result = msgspec.structs.replace(
+                schema.rejected_result(job.id, e, tenant=job.tenant), status="error",
+                slo_class=cls,
+            )  # fmt: skip
+            event = schema.Event(id=job.id, seq=0, kind="error", text=str(e),
+                                 detail=e.code, ts_ms=result.ts_ms)  # fmt: skip
+            await self.producer.send(self.topics.events, schema.encode(event), job.id)
+            await self.publish_result(result, job.reply_topic)
+            await self.state.mark_done(job.id, self.worker_id)
+            telemetry.job_shed(cls, "ingest")
+            self.num_shed += 1
+            return True
+        with contextlib.suppress(Exception):
+            await count_arrival(self.redis, self.config.topic_prefix, cls, shed=False)
+        return False
 
     async def _warm_partition(self, task: schema.PrefillTask) -> int | None:
         """A partition of the live prefill worker that holds this prompt's longest prefix."""

@@ -262,7 +262,12 @@ def rejected_result(
         status="rejected",
         tenant=tenant,
         budget=BudgetReport(stop_reason="error"),
-        error=ErrorInfo(code=error.code, message=str(error), field=getattr(error, "field", None)),
+        error=ErrorInfo(
+            code=error.code,
+            message=str(error),
+            field=getattr(error, "field", None),
+            retry_after_s=getattr(error, "retry_after_s", None),
+        ),
         ts_ms=_now_ms() if ts_ms is None else ts_ms,
     )
 

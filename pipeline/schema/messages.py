@@ -46,7 +46,10 @@ class JobParams(msgspec.Struct, kw_only=True):
     seed: Annotated[int, Meta(ge=0, le=2**63 - 1)] | None = None  # None: ingest assigns one
     max_tokens: Annotated[int, Meta(ge=1, le=MAX_TOKENS)] | None = None  # None: budget decides
     max_steps: Annotated[int, Meta(ge=1, le=MAX_STEPS)] | None = None  # None: budget decides
-    # vLLM's thinking_token_budget: a cap on the thinking (the stamped budget still applies)
+    # A cap on the thinking (vLLM's `thinking_token_budget`); the stamped budget still applies.
+    max_thinking_tokens: Annotated[int, Meta(ge=1, le=MAX_TOKENS)] | None = None
+    # The same cap under its earlier name: still read (a producer of an older release), never
+    # written. The tighter of the two applies (pipeline/budget/effective.py).
     thinking_budget: Annotated[int, Meta(ge=1, le=MAX_TOKENS)] | None = None
     verify: Literal["off", "async", "strict"] = "async"
     early_exit: bool = False
@@ -81,12 +84,24 @@ class Job(msgspec.Struct, kw_only=True):
 # -- internal: ingest -> prefill -> decode ----------------------------------------------------
 
 
-class Budget(msgspec.Struct, kw_only=True):
-    """The thinking budget ingest stamps from the controller's live limits."""
+class Budget(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A class's limits as the budget controller published them (docs/budget.md): ingest stamps
+    them on a job at admission, decode re-reads them live. With no controller running, the
+    pipeline's defaults: nothing below is set."""
 
     max_steps: Positive
     max_thinking_tokens: Positive
     probe_effort: NonNeg = 1  # early exit: probe after every n-th step (0: no probes)
+    # Backtracks a job may make before resampling stops (its steps still checked and
+    # reported); None: no cap beyond the pipeline's own `max_backtracks`.
+    resample_cap: NonNeg | None = None
+    early_exit: bool = False  # probe for an early answer even where the job did not ask
+    shed: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.0  # share of new jobs refused (ingest)
+    retry_after_s: Annotated[float, Meta(ge=0.0)] = 0.0  # what a refused job is told
+    # The class SLO: a job's deadline when it brings no `slo.e2e_ms`. 0: deadlines are not
+    # enforced (no controller), so decode never cuts a job for lateness.
+    slo_ms: Annotated[float, Meta(ge=0.0)] = 0.0
+    pressure: Annotated[float, Meta(ge=0.0)] = 0.0  # the law's level (ladder.py), for operators
     version: NonNeg = 0  # controller state version the limits were read from
 
 
@@ -227,6 +242,9 @@ class Usage(msgspec.Struct, kw_only=True):
     wasted_tokens: NonNeg = 0  # discarded by backtracks
     steps: NonNeg = 0
     backtracks: NonNeg = 0
+    # Contradicted steps kept as written because resampling was capped (the budget
+    # controller, under load): checked and reported, not redone.
+    unresampled: NonNeg = 0
 
 
 class Timings(msgspec.Struct, kw_only=True):
@@ -237,8 +255,13 @@ class Timings(msgspec.Struct, kw_only=True):
 
 
 class BudgetReport(msgspec.Struct, kw_only=True):
-    limit: NonNeg = 0  # thinking tokens allowed
-    used: NonNeg = 0
+    """What a job's budget was at its end (pipeline/budget/effective.py computes it)."""
+
+    max_thinking_tokens: NonNeg = 0  # thinking tokens allowed at the end (its tightest)
+    used: NonNeg = 0  # tokens spent: kept, discarded by backtracks, probes
+    # What set the limit: the job's own caps (job), the class's live limits (class), its
+    # deadline at the live pace (deadline), or the pipeline's defaults (default).
+    binding: Literal["job", "class", "deadline", "default"] = "default"
     # unverified: verification kept rejecting a step, so the job stopped there (no answer)
     stop_reason: Literal["answer", "budget", "early_exit", "max_tokens", "unverified", "error"] = (
         "answer"
@@ -249,6 +272,7 @@ class ErrorInfo(msgspec.Struct, kw_only=True):
     code: str
     message: str
     field: str | None = None
+    retry_after_s: float | None = None  # `overloaded`: when sending it again may be admitted
 
 
 class Result(msgspec.Struct, kw_only=True):

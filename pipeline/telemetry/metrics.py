@@ -173,19 +173,37 @@ class Metrics:
             "stepwise_cache_misses_total", "Cache lookups that found nothing at any layer.",
             ("level",), registry=r,
         )  # fmt: skip
-        # Budgets -----------------------------------------------------------------------------
-        self.budget_thinking = Gauge(
-            "stepwise_budget_max_thinking_tokens", "Current thinking-token limit.", slo, registry=r
+        # Budgets: every actuator of the controller and its reading (docs/budget.md) --------
+
+        def per_class(name: str, doc: str) -> Gauge:
+            return Gauge(f"stepwise_budget_{name}", doc, slo, registry=r)
+
+        self.budget_thinking = per_class("max_thinking_tokens", "Current thinking-token limit.")
+        self.budget_steps = per_class("max_steps", "Current step limit.")
+        self.budget_probe = per_class("probe_effort", "Current early-exit probe effort.")
+        self.budget_version = per_class("version", "Version of the limits in force.")
+        self.budget_resample_cap = per_class(
+            "resample_cap", "Backtracks per job before resampling stops (-1: none; 0: off)."
         )
-        self.budget_steps = Gauge(
-            "stepwise_budget_max_steps", "Current step limit.", slo, registry=r
+        self.budget_early_exit = per_class("early_exit", "1 while the controller probes.")
+        self.budget_shed = per_class("shed_ratio", "Share of new jobs refused as overloaded.")
+        self.budget_pressure = per_class("pressure", "The law's pressure (0-5, a rung a unit).")
+        self.budget_predicted = per_class(
+            "predicted_latency_ratio", "Predicted latency over the SLO, the law's input."
         )
-        self.budget_probe = Gauge(
-            "stepwise_budget_probe_effort", "Current early-exit probe effort.", slo, registry=r
-        )
-        self.budget_version = Gauge(
-            "stepwise_budget_version", "Version of the limits in force.", slo, registry=r
-        )
+        self.budget_slo = per_class("slo_seconds", "The class's latency SLO.")
+        self.shed_jobs = Counter(
+            "stepwise_jobs_shed_total", "Jobs refused as overloaded (error Result, HTTP 429).",
+            ("slo_class", "stage"), registry=r,
+        )  # fmt: skip
+        self.deadline_cuts = Counter(
+            "stepwise_budget_deadline_cuts_total", "Running jobs whose deadline cut their "
+            "thinking.", slo, registry=r,
+        )  # fmt: skip
+        pace = "stepwise_decode_pace_tokens_per_second", "Tokens/s one running sequence gets."
+        self.decode_pace = Gauge(*pace, stage, registry=r)
+        full = "stepwise_decode_batch_occupancy_ratio", "Running jobs over the batch capacity."
+        self.decode_occupancy = Gauge(*full, stage, registry=r)
         # Verify (Celery) ---------------------------------------------------------------------
         self.checks = Counter(
             "stepwise_verify_checks_total", "Step checks run, by verdict.", ("verdict",), registry=r
@@ -316,6 +334,28 @@ class Metrics:
             value = getattr(limits, attr, None)
             if value is not None:
                 gauge.labels(slo_class).set(value)
+
+    def set_controller(self, slo_class: str, limits: object, predicted: float | None) -> None:
+        """The other actuators (limits: budget.ClassLimits) and the law's reading."""
+        _check(slo_class, SLO_CLASSES, "slo_class")
+        cap = getattr(limits, "resample_cap", None)
+        self.budget_resample_cap.labels(slo_class).set(-1 if cap is None else cap)
+        self.budget_early_exit.labels(slo_class).set(float(getattr(limits, "early_exit", 0)))
+        self.budget_shed.labels(slo_class).set(getattr(limits, "shed", 0.0))
+        self.budget_pressure.labels(slo_class).set(getattr(limits, "pressure", 0.0))
+        self.budget_slo.labels(slo_class).set(getattr(limits, "slo_ms", 0.0) / 1000.0)
+        if predicted is not None:
+            self.budget_predicted.labels(slo_class).set(predicted)
+
+    def job_shed(self, slo_class: str, stage: str = "ingest") -> None:
+        self.shed_jobs.labels(_check(slo_class, SLO_CLASSES, "slo_class"), stage).inc()
+
+    def add_deadline_cuts(self, slo_class: str, num_jobs: int) -> None:
+        self.deadline_cuts.labels(_check(slo_class, SLO_CLASSES, "slo_class")).inc(num_jobs)
+
+    def set_decode_pace(self, tok_s: float | None, running: int, capacity: int) -> None:
+        self.decode_pace.labels("decode").set(tok_s or 0.0)
+        self.decode_occupancy.labels("decode").set(running / max(1, capacity))
 
     def verify_check(self, verdict: str, seconds: float) -> None:
         self.checks.labels(_check(verdict, VERDICTS, "verdict")).inc()

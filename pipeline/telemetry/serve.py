@@ -58,6 +58,16 @@ METRIC_NAMES = (
     "stepwise_budget_max_steps",
     "stepwise_budget_probe_effort",
     "stepwise_budget_version",
+    "stepwise_budget_resample_cap",
+    "stepwise_budget_early_exit",
+    "stepwise_budget_shed_ratio",
+    "stepwise_budget_pressure",
+    "stepwise_budget_predicted_latency_ratio",
+    "stepwise_budget_slo_seconds",
+    "stepwise_budget_deadline_cuts_total",
+    "stepwise_jobs_shed_total",
+    "stepwise_decode_pace_tokens_per_second",
+    "stepwise_decode_batch_occupancy_ratio",
     "stepwise_verify_checks_total",
     "stepwise_verify_check_duration_seconds",
     "stepwise_kv_imports_total",
@@ -78,6 +88,10 @@ set_inflight = DEFAULT.set_inflight
 cache_hit = DEFAULT.cache_hit
 cache_miss = DEFAULT.cache_miss
 set_budget = DEFAULT.set_budget
+set_controller = DEFAULT.set_controller
+job_shed = DEFAULT.job_shed
+add_deadline_cuts = DEFAULT.add_deadline_cuts
+set_decode_pace = DEFAULT.set_decode_pace
 verify_check = DEFAULT.verify_check
 observe_call = DEFAULT.observe_call
 observe_kv_import = DEFAULT.observe_kv_import

@@ -37,7 +37,7 @@ def jobs(n: int, **params) -> list[schema.Job]:
 async def test_a_published_budget_forces_answers_end_to_end(kafka_bootstrap, redis_url, topics):
     config = config_for(kafka_bootstrap, redis_url, topics)
     client = redis.asyncio.Redis.from_url(redis_url)
-    tight = budget.BudgetLimits(max_steps=1, max_thinking_tokens=400, probe_effort=1)
+    tight = budget.ClassLimits(max_steps=1, max_thinking_tokens=400, probe_effort=1)
     try:
         assert await budget.publish(client, topics.prefix, "interactive", tight) >= 1
         async with running_stack(config):

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 import redis.asyncio
 import redis.exceptions
 
 from pipeline import budget
-from pipeline.budget import BudgetLimits, BudgetReader
+from pipeline.budget import BudgetReader, ClassLimits, state
+from pipeline.budget.signals import DecodeReport, RunningJob
 
-LIMITS = BudgetLimits(max_steps=25, max_thinking_tokens=200, probe_effort=3)
+LIMITS = ClassLimits(max_steps=25, max_thinking_tokens=200, probe_effort=3)
 
 
 class FakeClock:
@@ -26,7 +28,7 @@ async def test_publish_read_round_trip(aredis_client, redis_prefix):
     assert await budget.read(aredis_client, redis_prefix, "interactive") is None
     version = await budget.publish(aredis_client, redis_prefix, "interactive", LIMITS)
     got = await budget.read(aredis_client, redis_prefix, "interactive")
-    assert got == BudgetLimits(
+    assert got == ClassLimits(
         max_steps=25, max_thinking_tokens=200, probe_effort=3, version=version
     )
     assert got.to_budget().version == version
@@ -39,7 +41,7 @@ async def test_publish_read_round_trip(aredis_client, redis_prefix):
 async def test_versions_increase_per_class(aredis_client, redis_prefix):
     versions = []
     for tokens in (512, 300, 300, 450):
-        limits = BudgetLimits(max_steps=tokens // 8, max_thinking_tokens=tokens, probe_effort=4)
+        limits = ClassLimits(max_steps=tokens // 8, max_thinking_tokens=tokens, probe_effort=4)
         versions.append(await budget.publish(aredis_client, redis_prefix, "interactive", limits))
     assert versions == sorted(versions) and len(set(versions)) == len(versions)
     assert (
@@ -82,7 +84,7 @@ async def test_reader_caches_until_refresh(aredis_client, redis_prefix):
     for _ in range(100):  # decode asks at every step boundary: one Redis read per refresh_s
         await reader.get("interactive")
     assert reader.num_reads == reads
-    tighter = BudgetLimits(max_steps=8, max_thinking_tokens=64, probe_effort=1)
+    tighter = ClassLimits(max_steps=8, max_thinking_tokens=64, probe_effort=1)
     v2 = await budget.publish(aredis_client, redis_prefix, "interactive", tighter)
     assert (await reader.get("interactive")).version == v1
     clock.now += 1.0
@@ -114,4 +116,27 @@ async def test_key_layout(aredis_client, redis_prefix, slo_class):
     await budget.publish(aredis_client, redis_prefix, slo_class, LIMITS)
     raw = await aredis_client.hgetall(f"{redis_prefix}budget:{slo_class}")
     fields = {k.decode() for k in raw}
-    assert fields == {"max_steps", "max_thinking_tokens", "probe_effort", "version", "updated_ms"}
+    assert fields == {
+        "max_steps", "max_thinking_tokens", "probe_effort", "resample_cap", "early_exit",
+        "shed", "retry_after_s", "slo_ms", "pressure", "version", "updated_ms",
+    }  # fmt: skip
+
+
+async def test_every_actuator_round_trips(aredis_client, redis_prefix):
+    shedding = budget.limits_at(budget.SloClassConfig(slo_p95_ms=15_000), 4.6, retry_after_s=9)
+    version = await budget.publish(aredis_client, redis_prefix, "interactive", shedding)
+    got = await budget.read(aredis_client, redis_prefix, "interactive")
+    assert got == dataclasses.replace(shedding, version=version)
+    assert got.to_budget().shed == shedding.shed > 0 and got.to_budget().resample_cap == 0
+
+
+async def test_load_reports_and_arrival_counts(aredis_client, redis_prefix):
+    job = RunningJob("interactive", 1200.0, 33, True)
+    report = DecodeReport(worker="d-1", ts_ms=5, pace_tok_s=11.5, running=1, jobs=[job])
+    await state.publish_report(aredis_client, redis_prefix, report)
+    assert await state.read_reports(aredis_client, redis_prefix) == [report]
+    assert 0 < await aredis_client.ttl(state.report_key(redis_prefix, "d-1")) <= 5  # expires
+    for shed in (False, True, False):
+        await state.count_arrival(aredis_client, redis_prefix, "batch", shed)
+    assert await state.read_counts(aredis_client, redis_prefix, "batch") == (3, 1)
+    assert await state.read_counts(aredis_client, redis_prefix, "interactive") == (0, 0)

@@ -40,7 +40,7 @@ def test_decode_has_its_named_rooms() -> None:
     # job's spans, how a handoff's KV is taken in.
     assert rooms == {
         "worker", "messages", "core", "core_serve", "core_client",
-        "reasoning", "reasoning_types", "driver", "results", "job_trace", "kv_intake",
+        "reasoning", "reasoning_types", "driver", "results", "job_trace", "kv_intake", "pace",
     }  # fmt: skip
 
 

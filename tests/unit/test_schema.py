@@ -126,7 +126,7 @@ def result() -> Result:
         steps=[StepRecord(text="2+2 = 4", verdict="entailed")],
         usage=Usage(prompt_tokens=4, completion_tokens=9, probe_tokens=2, steps=1, backtracks=0),
         timings=Timings(queue_ms=1.0, ttft_ms=12.5, e2e_ms=80.0, stages={"prefill": 10.0}),
-        budget=BudgetReport(limit=1024, used=9, stop_reason="answer"),
+        budget=BudgetReport(max_thinking_tokens=1024, used=9, stop_reason="answer"),
         ts_ms=99,
     )
 

@@ -41,7 +41,9 @@ RECORDED = [
         "kind": "result", "v": 1, "id": J, "status": "ok", "tenant": "default", "answer": "28",
         "steps": [{"text": "5 + 9 = 14", "verdict": "entailed"}],
         "usage": {"prompt_tokens": 12, "completion_tokens": 41, "steps": 3, "backtracks": 1},
-        "timings": {"e2e_ms": 812}, "budget": {"limit": 512, "used": 37, "stop_reason": "answer"},
+        "timings": {"e2e_ms": 812},
+        "budget": {"max_thinking_tokens": 512, "used": 37, "binding": "class",
+                   "stop_reason": "answer"},
         "error": None, "ts_ms": 1_700_000_000_900,
     }),
 ]  # fmt: skip

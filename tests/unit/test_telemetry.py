@@ -8,6 +8,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from pipeline import schema, telemetry
+from pipeline.budget import SloClassConfig, limits_at
 from pipeline.telemetry import METRIC_NAMES, Metrics
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "telemetry.md"
@@ -50,7 +51,7 @@ def ok_result(**kw) -> schema.Result:
             queue_ms=4.0, ttft_ms=120.0, e2e_ms=2400.0,
             stages={"prefill": 30.0, "decode": 2200.0, "someday": 5.0},
         ),
-        budget=schema.BudgetReport(limit=512, used=49, stop_reason="answer"),
+        budget=schema.BudgetReport(max_thinking_tokens=512, used=49, stop_reason="answer"),
         ts_ms=1,
     )  # fmt: skip
     base.update(kw)
@@ -71,10 +72,32 @@ def exercise(m: Metrics) -> None:
     m.set_budget(
         "batch", SimpleNamespace(max_thinking_tokens=256, max_steps=16, probe_effort=2, version=3)
     )
+    m.set_controller("interactive", limits_at(SloClassConfig(), 3.5), 1.2)
+    m.job_shed("interactive", "gateway")
+    m.add_deadline_cuts("interactive", 2)
+    m.set_decode_pace(9.5, 12, 64)
     m.verify_check("contradicted", 0.003)
     m.observe_call("decode@h:1", "verify@h:2", 0.004, error=True, retries=1)
     m.observe_kv_import("mooncake", "imported", 0.012)
     m.set_worker_info("decode", "tiny-reasoner")
+
+
+def test_the_controllers_actuators_and_its_reading_are_exported(m):
+    limits = limits_at(SloClassConfig(slo_p95_ms=15_000), 4.5)  # thinking at its floor, shedding
+    m.set_controller("interactive", limits, 1.4)
+    assert value(m, "stepwise_budget_resample_cap", slo_class="interactive") == 0
+    assert value(m, "stepwise_budget_early_exit", slo_class="interactive") == 1
+    assert value(m, "stepwise_budget_shed_ratio", slo_class="interactive") == limits.shed > 0
+    assert value(m, "stepwise_budget_pressure", slo_class="interactive") == 4.5
+    assert value(m, "stepwise_budget_slo_seconds", slo_class="interactive") == 15
+    assert value(m, "stepwise_budget_predicted_latency_ratio", slo_class="interactive") == 1.4
+    m.set_controller("batch", limits_at(SloClassConfig(), 0.0), None)
+    assert value(m, "stepwise_budget_resample_cap", slo_class="batch") == -1  # no cap
+    m.job_shed("interactive")
+    m.job_shed("interactive", "gateway")
+    assert value(m, "stepwise_jobs_shed_total", slo_class="interactive", stage="ingest") == 1
+    with pytest.raises(ValueError):
+        m.job_shed("gold")
 
 
 def test_kv_imports_count_by_transport_and_outcome(m):

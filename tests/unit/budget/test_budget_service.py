@@ -1,17 +1,23 @@
 """The budget worker's control loop on a fake clock and a fake Redis: each SLO class runs its
-law on its own period, the shared queue lag is read against both classes' completions, and
+law on its own period, decode's load reports and ingest's arrivals become the law's signals,
+batch yields to interactive, the law's decision is published for `stepwise budget status`, and
 limits Redis lost are published again."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fnmatch
 import warnings
+from types import SimpleNamespace
 
+import msgspec
 import pytest
 
-from pipeline import budget
-from pipeline.budget.worker import BudgetWorker
+from pipeline import budget, schema
+from pipeline.budget.signals import DecodeReport, RunningJob
+from pipeline.budget.state import publish_report, read_status
+from pipeline.budget.worker import BudgetWorker, demand_of
 from pipeline.config import PipelineConfig
 
 
@@ -53,7 +59,7 @@ class FakeRedis:
         self.publishes = 0
 
     def pipeline(self, transaction: bool = True) -> FakePipeline:
-        self.publishes += 1
+        self.publishes += transaction  # transactions: budget publishes
         return FakePipeline(self)
 
     async def hget(self, key: str, field: str) -> bytes | None:
@@ -63,16 +69,22 @@ class FakeRedis:
         return dict(self.data.get(key, {}))
 
     async def scan_iter(self, pattern: str):
-        prefix = pattern.rstrip("*")
         for k in list(self.data):
-            if k.startswith(prefix):
+            if fnmatch.fnmatch(k, pattern):
                 yield k
 
     async def mget(self, keys: list[str]) -> list:
         return [self.data.get(k) for k in keys]
 
+    async def set(self, key: str, value: bytes, ex: int | None = None) -> None:
+        self.data[key] = value
 
-def make_worker(redis: FakeRedis, clock: list[float]) -> BudgetWorker:
+    async def get(self, key: str) -> bytes | None:
+        value = self.data.get(key)
+        return value if isinstance(value, bytes) else None
+
+
+def make_worker(redis: FakeRedis, clock: list[float], cfg=None) -> BudgetWorker:
     async def fake_sleep(seconds: float) -> None:  # time passes at once
         clock[0] += seconds
         await asyncio.sleep(0)  # let the test run
@@ -80,20 +92,9 @@ def make_worker(redis: FakeRedis, clock: list[float]) -> BudgetWorker:
     config = PipelineConfig(kafka="localhost:1", redis="redis://localhost:1/0", topic_prefix="t.")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the producer is never started
-        worker = BudgetWorker(config, clock=lambda: clock[0], sleep=fake_sleep)
+        worker = BudgetWorker(config, cfg, clock=lambda: clock[0], sleep=fake_sleep)
     worker.redis = redis  # type: ignore[assignment]
     return worker
-
-
-class Recorder(budget.BudgetController):
-    def __init__(self, cfg: budget.SloClassConfig) -> None:
-        super().__init__(cfg)
-        self.runs: list[tuple[float, int, str]] = []
-
-    def update(self, now_s, lag_jobs=None, completion_rate=None):
-        limits = super().update(now_s, lag_jobs, completion_rate)
-        self.runs.append((now_s, limits.max_thinking_tokens, self.state.action))
-        return limits
 
 
 async def run_loop(worker: BudgetWorker, clock: list[float], until_s: float) -> None:
@@ -108,52 +109,73 @@ async def run_loop(worker: BudgetWorker, clock: list[float], until_s: float) -> 
         await task
 
 
+def report(pace: float, jobs: list[RunningJob], **kw) -> DecodeReport:
+    return DecodeReport(worker="d1", ts_ms=1, pace_tok_s=pace, running=len(jobs), capacity=64,
+                        jobs=jobs, **kw)  # fmt: skip
+
+
 async def test_each_class_runs_its_law_on_its_own_period():
     clock, redis = [0.0], FakeRedis()
     worker = make_worker(redis, clock)
-    worker.controllers = {c: Recorder(ctl.cfg) for c, ctl in worker.controllers.items()}
-    batch = worker.controllers["batch"]
-    assert batch.cfg.control_period_s == 10.0 and batch.cfg.brake_hold_periods == 3
-    for _ in range(30):  # 30 s over a 20 s SLO (> 1.25x: brake), all inside the 60 s window
-        batch.observe(0.0, 30_000.0)
-    await run_loop(worker, clock, until_s=40.0)
-    runs = {c: ctl.runs for c, ctl in worker.controllers.items()}
-    assert [t for t, _, _ in runs["interactive"]][:5] == [2.0, 4.0, 6.0, 8.0, 10.0]
-    assert [t for t, _, _ in runs["batch"]][:4] == [10.0, 20.0, 30.0, 40.0]
-    # One brake (512 -> 358), then a hold of three batch periods: not 5 brakes down to 86.
-    assert [(tokens, action) for _, tokens, action in runs["batch"][:4]] == [
-        (358, "brake"),
-        (358, "hold"),
-        (358, "hold"),
-        (358, "hold"),
-    ]
+    runs: dict[str, list[float]] = {"interactive": [], "batch": []}
+    for c, ctl in worker.controllers.items():
+        original = ctl.update
+
+        def update(now, sig, floor=0.0, _c=c, _orig=original):
+            runs[_c].append(now)
+            return _orig(now, sig, floor)
+
+        ctl.update = update  # type: ignore[method-assign]
+    await run_loop(worker, clock, until_s=6.0)
+    assert runs["interactive"][:5] == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert runs["batch"][:3] == [2.0, 4.0, 6.0]
 
 
 async def test_a_late_wake_up_skips_missed_periods():
     clock, redis = [0.0], FakeRedis()
     worker = make_worker(redis, clock)
     worker.start_schedule(0.0)
-    assert await worker.control_step(1.0) == []
-    assert await worker.control_step(25.0) == ["interactive", "batch"]  # once, not 12 times
-    assert worker.due == {"interactive": 27.0, "batch": 35.0}  # a period after the wake-up
-    assert await worker.control_step(27.0) == ["interactive"]
+    assert await worker.control_step(0.5) == []
+    assert await worker.control_step(25.0) == ["interactive", "batch"]  # once, not 25 times
+    assert worker.due == {"interactive": 26.0, "batch": 27.0}  # a period after the wake-up
+    assert await worker.control_step(26.0) == ["interactive"]
 
 
-async def test_another_class_backlog_does_not_brake_batch():
-    clock, redis = [60.0], FakeRedis()
-    redis.data["t.lag:decode:w1"] = b"6"  # 6 jobs waiting for the shared workers
+async def test_a_slow_pace_and_long_jobs_raise_the_pressure_and_say_why():
+    clock, redis = [100.0], FakeRedis()
     worker = make_worker(redis, clock)
-    worker.start_schedule(50.0)  # both classes due at 60 s
-    inter, batch = worker.controllers["interactive"], worker.controllers["batch"]
-    for k in range(60):  # interactive: 10 jobs/s at 1 s (its band is 1.6..1.9 s)
-        inter.observe(60.0 - k * 0.1, 1000.0)
-    for k in range(30):  # batch: 0.5 jobs/s at 10 s (SLO 20 s)
-        batch.observe(60.0 - k * 2.0, 10_000.0)
-    assert await worker.control_step(60.0) == ["interactive", "batch"]
-    # The queue drains at 10.5 jobs/s: ~0.6 s of waiting, nothing for a 20 s SLO. Divided by
-    # batch's own 0.5 jobs/s it read as 12 s, over the 10 s brake mark.
-    assert batch.state.action != "brake"
-    assert batch.limits.max_thinking_tokens == 512
+    inter = worker.controllers["interactive"]
+    for k in range(10):  # jobs of this class wanted ~400 tokens lately
+        inter.observe(90.0 + k, 15_000.0, budget.signals.Demand(400.0, 0))
+    # 5 tok/s a sequence: 424 tokens would take 85 s against the 20 s SLO.
+    jobs = [RunningJob("interactive", 4_000.0, 20, True) for _ in range(12)]
+    await publish_report(redis, "t.", report(5.0, jobs, queue_ms=[800.0]))
+    redis.data["t.budget_counts:interactive"] = {b"arrivals": b"40", b"shed": b"0"}
+    worker.start_schedule(99.0)
+    await worker.control_step(100.0)
+    state = inter.state
+    assert state.action == "rise" and state.pressure > 0 and state.ratio > 3
+    status = await read_status(redis, "t.")  # type: ignore[arg-type]
+    assert status is not None
+    (c,) = [c for c in status.classes if c.slo_class == "interactive"]
+    assert c.pace_tok_s == 5.0 and c.running_jobs == 12 and "rise" in c.decision
+    assert c.queue_s == pytest.approx(0.8)
+    # Ten more periods of it: past the cheap rungs, the thinking is cut.
+    for t in range(101, 111):
+        await worker.control_step(float(t))
+    got = await budget.read(redis, "t.", "interactive")  # type: ignore[arg-type]
+    assert got is not None and got.max_thinking_tokens < 512 and got.resample_cap == 0
+
+
+async def test_batch_yields_before_interactive():
+    clock, redis = [100.0], FakeRedis()
+    worker = make_worker(redis, clock)
+    worker.controllers["interactive"].state = budget.LawState(pressure=2.4)
+    worker.start_schedule(98.0)
+    await worker.control_step(100.0)  # nothing known: interactive holds, batch sits above it
+    assert worker.controllers["batch"].state.pressure >= 3.4
+    got = await budget.read(redis, "t.", "batch")  # type: ignore[arg-type]
+    assert got is not None and got.max_thinking_tokens < 512  # batch is on the token rung
 
 
 async def test_limits_redis_lost_are_published_again():
@@ -165,12 +187,13 @@ async def test_limits_redis_lost_are_published_again():
     worker.start_schedule(0.0)
     await worker.control_step(10.0)  # both classes: limits unchanged, nothing new published
     assert redis.publishes == 2
-    redis.data.clear()  # Redis restarted without its data
+    for key in [k for k in redis.data if k.startswith("t.budget:")]:
+        del redis.data[key]  # Redis restarted without its data
     await worker.control_step(20.0)
     assert redis.publishes == 4
     for c in ("interactive", "batch"):
         got = await budget.read(redis, "t.", c)  # type: ignore[arg-type]
-        assert got is not None and got.max_thinking_tokens == 512
+        assert got is not None and got.max_thinking_tokens == 512 and got.slo_ms > 0
 
 
 async def test_a_newer_version_from_another_publisher_is_left_alone():
@@ -178,22 +201,39 @@ async def test_a_newer_version_from_another_publisher_is_left_alone():
     worker = make_worker(redis, clock)
     limits = worker.controllers["interactive"].limits
     await worker._publish("interactive", limits)
-    tight = budget.BudgetLimits(max_steps=1, max_thinking_tokens=40, probe_effort=1)
+    tight = budget.ClassLimits(max_steps=1, max_thinking_tokens=40, probe_effort=1)
     await budget.publish(redis, "t.", "interactive", tight)  # type: ignore[arg-type]
     await worker._publish("interactive", limits)
     got = await budget.read(redis, "t.", "interactive")  # type: ignore[arg-type]
     assert got is not None and got.max_thinking_tokens == 40 and got.version == 2
 
 
-@pytest.mark.parametrize("rate", [None, 5.0])
-def test_update_takes_the_queue_drain_rate(rate):
-    ctl = budget.BudgetController(budget.DEFAULT_BUDGET_CONFIG.batch)
-    for k in range(30):  # 0.5 jobs/s of its own
-        ctl.observe(60.0 - k * 2.0, 10_000.0)
-    limits = ctl.update(60.0, lag_jobs=6, completion_rate=rate)
-    # 6 jobs at 0.5/s: 12 s of queue, over the 10 s brake mark; at 5 jobs/s: 1.2 s, under even
-    # the 2 s hold mark, and the p95 (10 s) is under the band: the budget stays at the top.
-    if rate is None:
-        assert ctl.state.action == "brake" and limits.max_thinking_tokens == 358
-    else:
-        assert ctl.state.action == "saturated" and limits.max_thinking_tokens == 512
+def result(**kw) -> schema.Result:
+    usage = schema.Usage(
+        wasted_tokens=kw.pop("wasted", 0),
+        probe_tokens=kw.pop("probes", 0),
+        backtracks=kw.pop("backtracks", 0),
+        unresampled=kw.pop("kept", 0),
+    )
+    b = schema.BudgetReport(used=kw.pop("used"), stop_reason=kw.pop("stop", "answer"))
+    return schema.Result(id="r", status="ok", usage=usage, budget=b, ts_ms=1,
+                         timings=schema.Timings(e2e_ms=kw.pop("e2e", 9000.0)))  # fmt: skip
+
+
+def test_a_results_demand_predicts_its_work_at_any_rung():
+    d = demand_of(result(used=300, wasted=120, probes=20, backtracks=2, kept=1))
+    assert d == budget.signals.Demand(160.0, 3)
+    assert demand_of(result(used=90, stop="budget")) == (90.0, 0, True)  # it wanted more
+    assert demand_of(result(used=90, stop="early_exit")).natural == pytest.approx(100.0)
+
+
+async def test_results_feed_the_class_window_and_its_backtrack_cost():
+    clock, redis = [5.0], FakeRedis()
+    worker = make_worker(redis, clock)
+    acks = []
+    for r in (result(used=300, wasted=200, backtracks=2), result(used=100)):
+        record = SimpleNamespace(value=msgspec.msgpack.encode(r))
+        await worker.handle(record, lambda: acks.append(1))  # type: ignore[arg-type]
+    assert len(acks) == 2 and worker.num_observed == 2
+    assert worker.controllers["interactive"].done.count(5.0) == 2
+    assert worker.waste["interactive"] == (200, 2)  # 100 tokens a backtrack, measured

@@ -20,6 +20,7 @@ class FakeCore:
         self.num_runs = 0
         self.ticks = 0
         self.waiting_on_io = False  # a job's KV read in the background
+        self.report_due = False  # the budget controller's load report
 
     @property
     def wants_tick(self) -> bool:
@@ -70,6 +71,14 @@ def test_credits_hold_it_back_until_ticks_are_published():
     # Two ticks, then it waits: an empty recv makes no tick while two are unpublished...
     # ...one credit lets one more out, two more let two.
     assert core.ticks == 5
+
+
+def test_an_idle_core_still_ticks_for_its_load_report():
+    core, sent = FakeCore(), []
+    core.report_due = True  # a second has passed: the controller must see the load is gone
+    recv, _ = scripted([[]])
+    serve(core, recv, sent.append)  # type: ignore[arg-type]
+    assert core.ticks == 1 and len(sent) == 1
 
 
 def test_a_run_waiting_for_verdicts_still_ticks_when_nothing_comes():

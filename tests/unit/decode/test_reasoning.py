@@ -2,6 +2,7 @@
 
 import pytest
 
+from pipeline.budget.effective import JobBudget
 from pipeline.decode.reasoning import (
     Check,
     ExitWith,
@@ -201,15 +202,50 @@ def test_the_token_budget_waits_for_pending_verdicts_then_answers_from_the_chain
     assert only(acts, Rollback)[0].position == 19
 
 
-def test_live_budgets_only_tighten_the_jobs_own():
+def budget(tokens=40, steps=8, cap=None, early=False, every=1) -> JobBudget:
+    return JobBudget(tokens, steps, every, early, cap, "class")
+
+
+def test_the_effective_budget_applies_while_the_job_thinks_and_never_after():
     r = machine("off", max_thinking_tokens=100, max_steps=8)
-    r.update_budget(40, None)
-    assert (r.max_thinking_tokens, r.max_steps) == (40, 8)
-    r.update_budget(500, 50)
-    assert (r.max_thinking_tokens, r.max_steps) == (100, 8)
-    unlimited = machine("off")
-    unlimited.update_budget(64, 4)
-    assert (unlimited.max_thinking_tokens, unlimited.max_steps) == (64, 4)
+    r.update_budget(budget(40, 6))
+    assert (r.max_thinking_tokens, r.max_steps) == (40, 6)
+    # Spent: the answer is forced; a later (looser or tighter) budget changes nothing.
+    r.on_tokens(41)
+    assert r.phase != "think"
+    r.update_budget(budget(500, 50))
+    assert (r.max_thinking_tokens, r.max_steps) == (40, 6)
+
+
+def test_a_capped_job_keeps_a_contradicted_step_checked_and_reported():
+    r = machine("async", max_thinking_tokens=500)
+    r.update_budget(budget(500, 60, cap=1))
+    _, key = add_step(r, 10, "3 + 4 = 8")
+    acts = r.on_verdict(key, "contradicted", "3 + 4 is 7", 0.0)
+    assert only(acts, Rollback) and r.num_backtracks == 1  # the first backtrack is allowed
+    _, key = add_step(r, 10, "3 + 4 = 9")
+    acts = r.on_verdict(key, "contradicted", "3 + 4 is 7", 0.0)
+    # The cap is spent: no rollback, the step stays in the chain, its verdict says why.
+    assert not only(acts, Rollback) and r.num_backtracks == 1 and r.num_unresampled == 1
+    assert [s.verdict for s in r.chain] == ["contradicted"]
+    assert "kept: resampling is capped" in only(acts, Note, "verdict")[0].detail
+
+
+def test_pending_verdicts_count_as_unknown_once_the_deadline_needs_the_answer():
+    r = machine("async", verdict_timeout_s=10.0)
+    _, key = add_step(r, 10, "3 + 4 = 7", now=0.0)
+    assert r.on_tick(1.0) == []  # not overdue, no deadline
+    r.verdicts_due_s = 2.0
+    acts = r.on_tick(2.5)
+    assert r.chain[0].verdict == "unknown"
+    assert "deadline" in only(acts, Note, "verdict")[0].detail
+
+
+def test_the_controller_can_turn_early_exit_on_for_a_job_that_did_not_ask():
+    r = machine("off")
+    assert not only(add_step(r, 10, "3 + 4 = 7")[0], Probe)
+    r.update_budget(budget(500, 60, early=True, every=1))
+    assert only(add_step(r, 20, "7 * 2 = 14")[0], Probe)
 
 
 def test_the_answer_line_itself_is_never_cut_by_the_step_budget():

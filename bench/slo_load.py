@@ -1,8 +1,11 @@
 """SLO under load: a fixed thinking budget vs the budget controller, on the local stack.
 
     python bench/slo_load.py --rates 4,8,12,16,20,24 --phase-s 20
-    python bench/slo_load.py --model r1-reasoner --tasks broad --slo-ms 10000 \\
-        --rates 0.25,0.5,0.75,1,1.5,2 --phase-s 60
+    python bench/slo_load.py --model r1-reasoner --tasks broad --slo-ms 30000 \\
+        --rates 0.22,0.33,0.44,0.66,0.88,1.32 --phase-s 120
+    python bench/slo_load.py --model r1-reasoner --tasks broad --capacity 48   # fixed only
+    python bench/slo_load.py --model r1-reasoner --tasks broad --slo-ms 20000 \\
+        --rates 0.9 --phase-s 300 --capacity-jobs-s 0.44        # an overload, 5 minutes
 
 Goodput as DistServe defines it: the highest arrival rate at which at least 90% of jobs finish
 within the SLO. Per rate, one phase of open-loop Poisson arrivals (seeded: the same job stream
@@ -14,10 +17,15 @@ budget worker, which publishes live limits from the Results' latencies and the q
 interactive SLO is --slo-ms: STEPWISE_SLO_MS). Jobs: held-out problems of --tasks as the model
 is prompted (the tiny reasoner's line, else a chat message with the format's answer
 instruction), --temperature, verification async (the Job default). Per rate: SLO attainment,
-p95 end-to-end latency, accuracy, mean tokens, forced answers; a PNG with attainment and p95
-against the rate. The last line is one JSON object with each mode's `goodput`, the
-`goodput_ratio` (controller / fixed) and `accuracy_delta_points` (the controller's accuracy at
-its goodput rate minus the fixed budget's at its own).
+p95 end-to-end latency, accuracy, mean tokens, forced answers, jobs refused as `overloaded`
+(they count as misses: attainment is of every job sent) and the attainment of the admitted
+ones, jobs/s served within the SLO and correct answers within it per second; a PNG with
+attainment and p95 against the rate. `--capacity N` measures what the fixed budget serves: N
+jobs at once on a fixed stack, jobs/s until the last Result. `--capacity-jobs-s C` states it,
+so each rate is also reported as a multiple of it. The last line is one JSON object with each
+mode's `goodput`, the `goodput_ratio` (controller / fixed), `accuracy_delta_points` (the
+controller's accuracy at its goodput rate minus the fixed budget's at its own) and each mode's
+best `correct_per_s` (correct answers within the SLO per second at any rate).
 """
 
 from __future__ import annotations
@@ -134,26 +142,41 @@ async def drive(bootstrap, prefix, problems, phases, drain_s, args, instruction)
     return out
 
 
-def summarize(rows, rates, slo_s) -> list[dict]:
+def refused(result) -> bool:
+    """Refused at admission by the controller (an error Result `overloaded`)."""
+    return result is not None and result.error is not None and result.error.code == "overloaded"
+
+
+def summarize(rows, rates, slo_s, phase_s: float) -> list[dict]:
     from pipeline.evals import answers_match
 
     table = []
     for rate in rates:
         mine = [r for r in rows if r[0] == rate]
-        lat = [r[2] for r in mine]
-        done = [r for r in mine if r[3] is not None and r[3].status == "ok"]
-        right = sum(answers_match(r[3].answer, r[1].answer) for r in done)
+        shed = [r for r in mine if refused(r[3])]
+        admitted = [r for r in mine if not refused(r[3])]
+        within = [r for r in admitted if r[2] <= slo_s]
+        done = [r for r in admitted if r[3] is not None and r[3].status == "ok"]
+        right = [r for r in done if answers_match(r[3].answer, r[1].answer)]
+        right_within = [r for r in right if r[2] <= slo_s]
+        lat = [r[2] for r in admitted]
         table.append(
             {
                 "rate": rate,
                 "jobs": len(mine),
-                "attainment": sum(x <= slo_s for x in lat) / len(lat) if lat else float("nan"),
-                "p95_s": p95(lat),
-                "accuracy": right / len(mine) if mine else float("nan"),  # unfinished: wrong
+                "shed": len(shed),
+                # Refused jobs count as misses: the share of every job sent.
+                "attainment": len(within) / len(mine) if mine else float("nan"),
+                "attainment_admitted": len(within) / len(admitted) if admitted else float("nan"),
+                "p95_s": p95(lat),  # of the admitted jobs
+                "accuracy": len(right) / len(admitted) if admitted else float("nan"),
                 "mean_tokens": (
                     sum(r[3].budget.used for r in done) / len(done) if done else float("nan")
                 ),
                 "budget_stops": sum(r[3].budget.stop_reason == "budget" for r in done),
+                "deadline_cuts": sum(r[3].budget.binding == "deadline" for r in done),
+                "within_per_s": len(within) / phase_s,
+                "correct_per_s": len(right_within) / phase_s,
             }
         )
     return table
@@ -177,6 +200,8 @@ def run_stack(mode: str, args, problems, phases, instruction) -> list[dict]:
     for name in ("STEPWISE_KAFKA", "STEPWISE_REDIS"):
         os.environ.pop(name, None)  # fresh embedded services for each mode
     os.environ["STEPWISE_SLO_MS"] = str(args.slo_ms)  # the budget worker's interactive SLO
+    if args.min_thinking_tokens:
+        os.environ["STEPWISE_MIN_THINKING_TOKENS"] = str(args.min_thinking_tokens)
     config = settings.current().pipeline(model=args.model, dtype="float32")
     rates = [r for r, _, _ in phases]
     with Stack(config, workers=workers, log_dir=log_dir) as stack:
@@ -189,15 +214,43 @@ def run_stack(mode: str, args, problems, phases, instruction) -> list[dict]:
             drive(bootstrap, config.topic_prefix, problems, phases, args.drain_s, args,
                   instruction)
         )  # fmt: skip
-    table = summarize(rows, rates, args.slo_ms / 1000)
+    table = summarize(rows, rates, args.slo_ms / 1000, args.phase_s)
     print(f"\n{mode} (logs: {log_dir})")
-    print(f"{'rate':>6}{'jobs':>6}{'in SLO':>8}{'p95 s':>8}{'acc':>7}{'tokens':>8}{'forced':>8}")
+    print(f"{'rate':>6}{'xcap':>6}{'jobs':>6}{'shed':>6}{'in SLO':>8}{'admitted':>9}{'p95 s':>8}"
+          f"{'acc':>7}{'tokens':>8}{'forced':>8}{'ok/s':>7}{'right/s':>8}")  # fmt: skip
     for r in table:
+        xcap = r["rate"] / args.capacity_jobs_s if args.capacity_jobs_s else float("nan")
         print(
-            f"{r['rate']:>6.2f}{r['jobs']:>6}{r['attainment']:>8.1%}{r['p95_s']:>8.2f}"
-            f"{r['accuracy']:>7.1%}{r['mean_tokens']:>8.1f}{r['budget_stops']:>8}"
+            f"{r['rate']:>6.2f}{xcap:>6.2f}{r['jobs']:>6}{r['shed']:>6}{r['attainment']:>8.1%}"
+            f"{r['attainment_admitted']:>9.1%}{r['p95_s']:>8.2f}{r['accuracy']:>7.1%}"
+            f"{r['mean_tokens']:>8.1f}{r['budget_stops']:>8}{r['within_per_s']:>7.3f}"
+            f"{r['correct_per_s']:>8.3f}"
         )
     return table
+
+
+def measure_capacity(args, problems, instruction) -> float:
+    """What the fixed budget serves: `--capacity` jobs at once on a fixed stack, jobs/s from
+    the first submit to the last Result."""
+    from pipeline import settings
+    from pipeline.local.stack import Stack
+
+    for name in ("STEPWISE_KAFKA", "STEPWISE_REDIS"):
+        os.environ.pop(name, None)
+    config = settings.current().pipeline(model=args.model, dtype="float32")
+    log_dir = tempfile.mkdtemp(prefix="stepwise-slo-capacity-")
+    with Stack(config, workers=("ingest", "prefill", "decode", "verify"), log_dir=log_dir) as st:
+        bootstrap = st.services.bootstrap_servers
+        warm = [(1.0, arrivals(1.0, args.warmup_s, 1), 10_000)]
+        asyncio.run(drive(bootstrap, config.topic_prefix, problems, warm, args.drain_s, args,
+                          instruction))  # fmt: skip
+        burst = [(0.0, [0.0] * args.capacity, 20_000)]
+        start = time.perf_counter()
+        rows = asyncio.run(drive(bootstrap, config.topic_prefix, problems, burst, 3600, args,
+                                 instruction))  # fmt: skip
+    done = [r for r in rows if r[3] is not None]
+    elapsed = max(r[2] for r in done) if done else time.perf_counter() - start
+    return len(done) / elapsed
 
 
 def plot(fixed, ctl, slo_s, path: str) -> None:
@@ -232,6 +285,24 @@ def main() -> int:
     ap.add_argument("--slo-ms", type=float, default=2000.0, help="the interactive class's SLO")
     ap.add_argument("--temperature", type=float, default=1.0, help="the Jobs' temperature")
     ap.add_argument("--modes", default="fixed,controller")
+    ap.add_argument(
+        "--min-thinking-tokens",
+        type=int,
+        default=None,
+        help="the law's floor before it sheds (STEPWISE_MIN_THINKING_TOKENS)",
+    )
+    ap.add_argument(
+        "--capacity",
+        type=int,
+        default=0,
+        help="measure the fixed budget's capacity with this many jobs at once, only",
+    )
+    ap.add_argument(
+        "--capacity-jobs-s",
+        type=float,
+        default=0.0,
+        help="the fixed budget's capacity (jobs/s), to report rates against",
+    )
     ap.add_argument("--plot", default=str(Path(__file__).with_name("slo_load.png")))
     args = ap.parse_args()
     from pipeline.engine.prepare import resolve_model
@@ -248,6 +319,12 @@ def main() -> int:
     # the rate was confounded with the job mix).
     problems = load_problems(args.tasks, 400, 0)
     random.Random(0).shuffle(problems)
+    if args.capacity:
+        cap = measure_capacity(args, problems, instruction)
+        print(f"fixed budget capacity: {cap:.3f} jobs/s ({args.capacity} jobs at once)")
+        print(json.dumps({"bench": "slo_load", "model": args.model, "capacity_jobs_s": cap,
+                          "capacity_jobs": args.capacity}))  # fmt: skip
+        return 0
     phases, first = [], 0
     for i, rate in enumerate(rates):
         offsets = arrivals(rate, args.phase_s, 7 + i)
@@ -257,11 +334,13 @@ def main() -> int:
     slo_s = args.slo_ms / 1000
     report = {"bench": "slo_load", "model": args.model, "tasks": args.tasks, "rates": rates,
               "phase_s": args.phase_s, "slo_ms": args.slo_ms, "temperature": args.temperature,
-              **tables, "plot": args.plot}  # fmt: skip
+              "capacity_jobs_s": args.capacity_jobs_s or None, **tables,
+              "plot": args.plot}  # fmt: skip
     for mode, table in tables.items():
         best = goodput(table)
         report[f"{mode}_goodput"] = best["rate"] if best else 0.0
         report[f"{mode}_accuracy_at_goodput"] = best["accuracy"] if best else None
+        report[f"{mode}_correct_per_s"] = max(r["correct_per_s"] for r in table)
         print(f"{mode}: goodput {report[f'{mode}_goodput']} jobs/s", end="")
         print(f", accuracy there {best['accuracy']:.1%}" if best else " (no rate met 90%)")
     if set(tables) == {"fixed", "controller"}:
@@ -273,6 +352,14 @@ def main() -> int:
             report["accuracy_delta_points"] = 100 * (ca - fa)
         print(f"goodput ratio {report['goodput_ratio']}, accuracy delta "
               f"{report.get('accuracy_delta_points')} points; plot: {args.plot}")  # fmt: skip
+        fc, cc = report["fixed_correct_per_s"], report["controller_correct_per_s"]
+        report["correct_per_s_ratio"] = cc / fc if fc else None
+        print(f"correct answers within the SLO per second, best rate: fixed {fc:.3f}, "
+              f"controller {cc:.3f}")  # fmt: skip
+        if args.capacity_jobs_s:
+            for table in tables.values():
+                for r in table:
+                    r["within_over_capacity"] = r["within_per_s"] / args.capacity_jobs_s
     if max(rates) <= min(report.get(f"{m}_goodput", 0.0) for m in tables):
         print("every mode met the SLO at the highest rate: raise --rates")
     print(json.dumps(finite(report)))

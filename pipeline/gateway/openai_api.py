@@ -100,7 +100,7 @@ def to_job(req: ChatRequest, model_name: str) -> schema.Job:
             "top_p": req.top_p,
             "seed": req.seed,
             "max_tokens": req.max_completion_tokens or req.max_tokens,
-            "thinking_budget": thinking,
+            "max_thinking_tokens": thinking,
             "verify": req.verify,
             "stream": "tokens" if req.stream else None,
         }.items()

@@ -37,14 +37,19 @@ def problem_job(p, job_id: str, params: schema.JobParams, instruction: str | Non
 
 
 def demo_jobs(problems, seed: int, instruction: str | None) -> list[schema.Job]:
-    """The demo's jobs: the first streams tokens (it is shown live), the rest steps."""
+    """The demo's jobs: the first streams tokens (it is shown live, an interactive job), the
+    rest steps. They are sent at once, a batch's load: the batch class (its SLO is minutes,
+    docs/budget.md), so the budget controller does not cut or refuse a burst it can serve."""
     tag = uuid.uuid4().hex[:6]
-    return [
-        problem_job(p, f"demo-{tag}-{i}", schema.JobParams(
+    jobs = []
+    for i, p in enumerate(problems):
+        params = schema.JobParams(
             temperature=0.7, seed=seed + i, max_tokens=768, stream="tokens" if i == 0 else "steps"
-        ), instruction)
-        for i, p in enumerate(problems)
-    ]  # fmt: skip
+        )
+        job = problem_job(p, f"demo-{tag}-{i}", params, instruction)
+        job.slo = schema.SLO(class_="interactive" if i == 0 else "batch")
+        jobs.append(job)
+    return jobs
 
 
 async def stream_one(client: StepwiseClient, job: schema.Job, title: str) -> schema.Result | None:

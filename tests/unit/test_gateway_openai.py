@@ -14,11 +14,11 @@ def job(**kw) -> schema.Job:
 
 
 def test_thinking_budgets_map_onto_the_job():
-    assert job().params.thinking_budget is None
-    assert job(thinking_token_budget=300).params.thinking_budget == 300
-    assert job(reasoning_effort="low").params.thinking_budget == 256
-    assert job(reasoning_effort="high").params.thinking_budget == 4096
-    assert job(reasoning_effort="high", thinking_token_budget=100).params.thinking_budget == 100
+    assert job().params.max_thinking_tokens is None
+    assert job(thinking_token_budget=300).params.max_thinking_tokens == 300
+    assert job(reasoning_effort="low").params.max_thinking_tokens == 256
+    assert job(reasoning_effort="high").params.max_thinking_tokens == 4096
+    assert job(reasoning_effort="high", thinking_token_budget=100).params.max_thinking_tokens == 100
     with pytest.raises(GatewayError) as e:
         job(reasoning_effort="extreme")
     assert e.value.status == 400 and e.value.field == "reasoning_effort"

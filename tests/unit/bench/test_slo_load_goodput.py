@@ -46,5 +46,26 @@ def test_summary_counts_unfinished_jobs_as_late_and_wrong(bench):
     p = Problem(family="t", question="1+1?", answer="2", steps=(), premises=(), seed=0, index=0)
     ok = schema.Result(id="a", status="ok", answer="2", ts_ms=0)
     rows = [(1.0, p, 0.5, ok), (1.0, p, math.inf, None)]
-    (row,) = bench.summarize(rows, [1.0], slo_s=1.0)
+    (row,) = bench.summarize(rows, [1.0], slo_s=1.0, phase_s=10.0)
     assert row["attainment"] == 0.5 and row["accuracy"] == 0.5 and math.isinf(row["p95_s"])
+    assert row["within_per_s"] == row["correct_per_s"] == 0.1
+
+
+def test_refused_jobs_count_as_misses_of_every_job_sent_not_of_the_admitted(bench):
+    from pipeline import schema
+    from pipeline.evals.problems import Problem
+
+    p = Problem(family="t", question="1+1?", answer="2", steps=(), premises=(), seed=0, index=0)
+    ok = schema.Result(id="a", status="ok", answer="2", ts_ms=0)
+    wrong = schema.Result(id="b", status="ok", answer="3", ts_ms=0)
+    shed = schema.Result(
+        id="c",
+        status="error",
+        ts_ms=0,
+        error=schema.ErrorInfo(code="overloaded", message="", retry_after_s=4),
+    )
+    rows = [(1.0, p, 0.5, ok), (1.0, p, 0.7, wrong), (1.0, p, 0.01, shed), (1.0, p, 0.01, shed)]
+    (row,) = bench.summarize(rows, [1.0], slo_s=1.0, phase_s=2.0)
+    assert row["shed"] == 2 and row["attainment"] == 0.5 and row["attainment_admitted"] == 1.0
+    assert row["accuracy"] == 0.5  # of the admitted jobs
+    assert row["within_per_s"] == 1.0 and row["correct_per_s"] == 0.5

@@ -153,6 +153,7 @@ def finish(
         usage=schema.Usage(
             prompt_tokens=seq.num_prompt_tokens,
             completion_tokens=seq.num_output_tokens,
+            reasoning_tokens=reasoning_tokens(tokenizer, parts.reasoning, seq.num_output_tokens),
             wasted_tokens=seq.num_discarded_tokens,
             probe_tokens=r.num_probe_tokens,
             steps=len(r.chain),
@@ -173,6 +174,14 @@ def finish(
         ts_ms=now_ms,
     )
     return events, result
+
+
+def reasoning_tokens(tokenizer: Tokenizer, reasoning: str, completion_tokens: int) -> int:
+    """OpenAI's `completion_tokens_details.reasoning_tokens`: the thinking (as the format split
+    it, markers left out) in tokens, never more than the completion."""
+    if not reasoning:
+        return 0
+    return min(len(tokenizer.encode(reasoning, add_special_tokens=False)), completion_tokens)
 
 
 def decode_stages(run: JobRun, h: schema.Handoff, now_ms: int) -> dict[str, float]:

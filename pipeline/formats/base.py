@@ -127,6 +127,11 @@ class ReasoningFormat:
         m = self.markers
         return text if m is None else strip_all(text, m)
 
+    def marker_texts(self) -> tuple[str, ...]:
+        """Every marker string the format reads: decoding must keep them, special or not."""
+        m = self.markers
+        return () if m is None else m.lexicon.markers
+
     # --- the OpenAI split --------------------------------------------------------------------
 
     def split(self, text: str, prompt: str = "") -> Split:

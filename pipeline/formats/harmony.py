@@ -139,6 +139,9 @@ class HarmonyFormat(ThinkTagFormat):
     def strip_markers(self, text: str) -> str:
         return _HEADERS.sub("", text)
 
+    def marker_texts(self) -> tuple[str, ...]:
+        return TOKENS
+
     def is_answer_step(self, step: str, after_thinking: bool) -> bool:
         return after_thinking or self.think_end in step
 

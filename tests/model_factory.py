@@ -8,6 +8,8 @@ from pathlib import Path
 
 import torch
 
+from pipeline.formats import get_format
+
 BASE = dict(
     vocab_size=320,
     hidden_size=64,
@@ -125,8 +127,10 @@ class FormatModel:
     template: str
     special: bool = False
     declared: bool = False
-    # The weights' seed: one whose greedy run writes a step before a 64-token budget runs out
-    # and whose early-exit probe closes its box (the first such of 0, 1, 2, ...).
+    # The weights' seed, the first of 0, 1, 2, ... whose greedy runs on the tests' question,
+    # within the token limits decode sets, are forced by a 16-token thinking budget (the
+    # answer prefix then in the content), exit early at a probe that closes its box, and
+    # (where the end marker is one token) close the thinking themselves and answer unforced.
     seed: int = 0
 
 
@@ -162,11 +166,12 @@ FORMAT_MODELS: dict[str, FormatModel] = {
         ("[THINK]", "[/THINK]", "[INST]", "[/INST]", "[TOOL_CALLS]"),
         _turns("[INST]", "[/INST]", ""),
         special=True,
+        seed=4,
     ),
     "seed_oss": FormatModel(
         ("<seed:think>", "</seed:think>", "<seed:bos>", "<seed:eos>", "<seed:tool_call>"),
         _turns("<seed:bos>ROLE\n", "<seed:eos>", "<seed:bos>assistant\n"),
-        seed=1,
+        seed=4,
     ),
     "granite": FormatModel(
         (),
@@ -178,6 +183,7 @@ FORMAT_MODELS: dict[str, FormatModel] = {
         ("[gMASK]", "<sop>", "<think>", "</think>", "<tool_call>"),
         "[gMASK]<sop>"
         + _turns("<|ROLE|>\n", "", "<|assistant|>" + _switch("\n<think>", "\n<think></think>")),
+        seed=2,
     ),
     "kimi_k2": FormatModel(
         (
@@ -189,6 +195,7 @@ FORMAT_MODELS: dict[str, FormatModel] = {
         ),  # fmt: skip
         _turns("<|im_ROLE|>", "<|im_end|>", "<|im_assistant|>assistant<|im_middle|>"),
         special=True,
+        seed=14,
     ),
     "hunyuan_a13b": FormatModel(
         ("<think>", "</think>", "<answer>", "</answer>"),
@@ -198,29 +205,30 @@ FORMAT_MODELS: dict[str, FormatModel] = {
     "ernie45": FormatModel(
         ("<think>", "</think>", "<response>", "</response>"),
         _turns("<|ROLE|>", "\n", "<|assistant|><think>\n"),
-        seed=2,
+        seed=6,
     ),
     "minimax_m2": FormatModel(
         ("<think>", "</think>", "<minimax:tool_call>"),
         _turns("]~b]ROLE\n", "[e~[\n", "]~b]ai\n<think>\n"),
-        seed=2,
+        seed=5,
     ),
     "minimax_m2_append_think": FormatModel(
         ("<think>", "</think>", "<minimax:tool_call>"),
         _turns("]~b]ROLE\n", "[e~[\n", "]~b]ai\n<think>\n"),
         declared=True,  # a choice of API shape, not of model
-        seed=2,
+        seed=5,
     ),
     "deepseek_v3": FormatModel(
         ("<think>", "</think>", "<｜Assistant｜>"),
         # DeepSeek-V3.1's switch: `thinking` (not `enable_thinking`), off unless asked for.
         _turns("<|ROLE|>", "\n", "<｜Assistant｜>" + V3_SWITCH),
-        seed=1,
+        seed=14,
     ),
     "gemma4": FormatModel(
         ("<|channel>", "<channel|>", "<|turn>", "<turn|>", "<|tool_call>"),
         _turns("<|turn>ROLE\n", "<turn|>\n", "<|turn>model\n" + _switch("<|channel>thought\n", "")),
         special=True,
+        seed=14,
     ),
     "nemotron_v3": FormatModel(
         ("<think>", "</think>", "<tool_call>", *CHATML),
@@ -230,18 +238,38 @@ FORMAT_MODELS: dict[str, FormatModel] = {
             "<|im_start|>assistant\n" + _switch("<think>\n", "<think></think>"),
         ),
         declared=True,
+        seed=4,
     ),
     "olmo3": FormatModel(
         ("<think>", "</think>", *CHATML),
         _turns("<|im_start|>ROLE\n", "<|im_end|>\n", "<|im_start|>assistant\n<think>"),
         declared=True,
+        seed=6,
     ),
     "step3": FormatModel(
         ("<think>", "</think>"),
         _turns("<|BOT|>ROLE\n", "<|EOT|>", "<|BOT|>assistant\n<think>\n"),
         declared=True,
+        seed=20,
     ),
 }
+
+
+# What FORMAT_MODELS are run on (their seeds were chosen on it), and the template switch that
+# opens the thinking where a family has it off by default.
+FORMAT_QUESTION = "Tom has 3 boxes of 4 pens and buys 5 more pens. How many pens does he have?"
+FORMAT_MESSAGES = ({"role": "user", "content": FORMAT_QUESTION},)
+THINKING_ON = {"deepseek_v3": {"thinking": True}}
+
+
+def format_prompt(tokenizer, name: str) -> str:
+    """FORMAT_MESSAGES as format `name`'s template renders them (an HF tokenizer): where
+    decode's split starts."""
+    kwargs = THINKING_ON.get(name, {})
+    messages = list(FORMAT_MESSAGES)
+    return tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True, **kwargs
+    )
 
 
 def make_format_model(
@@ -249,12 +277,14 @@ def make_format_model(
 ) -> Path:
     """A random-weight checkpoint that writes in format `name`'s markup (FORMAT_MODELS).
 
-    Its tokenizer also has a token for a blank line (the formats' step delimiter), and that
-    token's and `}`'s output rows are scaled up (x4): their logits spread wider, so each wins
-    about one position in four. A random model otherwise writes no steps (and forcing, which
-    cuts a spent step back to its start, would keep no thinking, and early exit, which probes
-    at step ends, would never probe), nor the `}` that closes a probe's `\\boxed{`. <eos>'s
-    row is zeroed: a logit of 0 never wins, so a run is not cut short at random."""
+    Its tokenizer also has a token for a blank line (the formats' step delimiter), and the
+    output rows of that token, of `}` and of a one-token end marker are scaled up (BOOST):
+    their logits spread wider, so each wins a good share of positions. A random model
+    otherwise writes no steps (forcing, which cuts a spent step back to its start, would keep
+    no thinking; early exit, which probes at step ends, would never probe), no `}` to close a
+    probe's `\\boxed{`, and never closes its thinking itself (a run without forcing then never
+    reaches an answer). <eos>'s row is zeroed: a logit of 0 never wins greedy decoding, so a
+    run is not cut short at random."""
     import json
 
     from safetensors.torch import load_file, save_file
@@ -269,8 +299,13 @@ def make_format_model(
     weights_file = path / "model.safetensors"
     weights = load_file(weights_file)
     head = weights["lm_head.weight"]  # [vocab, hidden]
-    head[len(head) - 1] *= BOOST  # PARAGRAPH, the last added token
-    head[CHARS.index("}")] *= BOOST
+    first_added = len(head) - len(tokens)
+    boosted = [len(head) - 1, CHARS.index("}")]  # PARAGRAPH (the last added token), "}"
+    end = get_format(name).think_end
+    if end in spec.tokens:  # a one-token end marker: the model may close its thinking itself
+        boosted.append(first_added + spec.tokens.index(end))
+    for row in boosted:
+        head[row] *= BOOST
     head[0] = 0.0
     save_file(weights, weights_file, metadata={"format": "pt"})
     if spec.declared:

@@ -12,6 +12,7 @@ everything is content (what an OpenAI server does for a model it has no reasonin
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import ClassVar
 
 from pipeline.formats import answers
@@ -127,6 +128,27 @@ class ReasoningFormat:
         m = self.markers
         return text if m is None else strip_all(text, m)
 
+    def count_reasoning_tokens(self, pieces: Iterable[str], prompt: str = "") -> int | None:
+        """How many of a generation's tokens (their texts, in order) are thinking: those read
+        while the thinking is open, its end marker with them (vLLM counts alike). None for a
+        format without markers, whose split only the text after a token decides."""
+        m = self.markers
+        if m is None:
+            return None
+        splitter = MarkerSplitter(m, self.start_state(prompt))
+        count = undecided = 0
+        for piece in pieces:
+            before = splitter.state
+            splitter.feed(piece)
+            if before == UNDECIDED:
+                undecided += 1
+                if splitter.state != UNDECIDED:  # decided: thinking if it ended in content
+                    count += undecided if splitter.state == CONTENT else 0
+                    undecided = 0
+            else:
+                count += before == THINKING
+        return count
+
     def marker_texts(self) -> tuple[str, ...]:
         """Every marker string the format reads: decoding must keep them, special or not."""
         m = self.markers
@@ -199,16 +221,15 @@ class ReasoningFormat:
         already ends with it)."""
         if self.think_end is not None and self.in_thinking(text, prompt):
             close = self.force_close or f"\n{self.think_end}\n\n"
-            body = close.lstrip("\n")
-            return (
-                _separator(text, close[: len(close) - len(body)])
-                + body
-                + self.answer_prefix.lstrip("\n")
-            )
-        prefix = self.answer_prefix
-        body = prefix.lstrip("\n")
-        sep = prefix[: len(prefix) - len(body)] or self.step_delimiter
-        return _separator(text, sep) + body
+            return _appended(text, close) + self.answer_prefix.lstrip("\n")
+        return _appended(text, self.answer_prefix, self.step_delimiter)
+
+
+def _appended(text: str, piece: str, sep: str = "") -> str:
+    """`piece` as appended to `text`: its leading newlines (or `sep`, where it has none) only
+    as far as `text` does not already end with them."""
+    body = piece.lstrip("\n")
+    return _separator(text, piece[: len(piece) - len(body)] or sep) + body
 
 
 def _separator(text: str, sep: str) -> str:

@@ -14,6 +14,7 @@ final one.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from pipeline.formats.markers import CONTENT, THINKING, Lexicon
 from pipeline.formats.registry import register_format
@@ -141,6 +142,13 @@ class HarmonyFormat(ThinkTagFormat):
 
     def marker_texts(self) -> tuple[str, ...]:
         return TOKENS
+
+    def count_reasoning_tokens(self, pieces: Iterable[str], prompt: str = "") -> int | None:
+        splitter, count = HarmonySplitter(prompt), 0
+        for piece in pieces:
+            count += splitter.thinking  # until a final header is complete
+            splitter.feed(piece)
+        return count
 
     def is_answer_step(self, step: str, after_thinking: bool) -> bool:
         return after_thinking or self.think_end in step

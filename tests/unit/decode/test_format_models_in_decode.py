@@ -12,12 +12,9 @@ from pipeline.decode.reasoning import ReasoningConfig
 from pipeline.engine import Engine, EngineConfig, SamplingParams
 from pipeline.evals.verified import generate_verified
 from pipeline.formats import get_format
-from tests.model_factory import FORMAT_MODELS, make_format_model
+from tests.model_factory import FORMAT_MODELS, format_prompt, make_format_model
 
-MESSAGES = [{"role": "user", "content": "Tom has 3 boxes of 4 pens. How many pens?"}]
-# The template switch that opens the thinking where it is off by default.
-KWARGS = {"deepseek_v3": {"thinking": True}}
-PREFIX = "The answer is \\boxed{"
+PREFIX = get_format("qwen3").answer_prefix  # every marker format's: "The answer is \\boxed{"
 
 
 @pytest.fixture(scope="module")
@@ -36,10 +33,7 @@ def engines(tmp_path_factory):
 
 
 def rendered(engine: Engine, name: str) -> str:
-    hf = engine.tokenizer.hf
-    return hf.apply_chat_template(
-        MESSAGES, tokenize=False, add_generation_prompt=True, **KWARGS.get(name, {})
-    )
+    return format_prompt(engine.tokenizer.hf, name)
 
 
 def run(engine: Engine, prompt: str, **config):
@@ -70,7 +64,7 @@ def test_a_spent_budget_closes_the_thinking_the_formats_way(engines, name):
     assert fmt.name == name  # detected from the tokenizer and template (or stepwise.json)
     prompt = rendered(engine, name)
     assert fmt.thinking_at_start(prompt)  # the template opened the thinking
-    out = run(engine, prompt, max_thinking_tokens=64)
+    out = run(engine, prompt, max_thinking_tokens=16)
     assert out.stop_reason == "budget", out.text
     # The forced text: the format's close, then the answer prefix.
     closing = fmt.force_text("x", prompt)
@@ -78,10 +72,23 @@ def test_a_spent_budget_closes_the_thinking_the_formats_way(engines, name):
     parts = splits_as_streamed(name, out.text, prompt)
     split_fmt = get_format(name.replace("_append_think", ""))  # (that one does not split)
     kept = split_fmt.split(out.text, prompt)
-    assert kept.content.startswith(PREFIX), kept
-    assert PREFIX not in kept.reasoning and fmt.think_end not in kept.reasoning
+    # (A model that closed its thinking at once and reopened it later has content before.)
+    assert PREFIX in kept.content and PREFIX not in kept.reasoning, kept
     if name == "minimax_m2_append_think":
         assert parts.reasoning == "" and parts.content.startswith("<think>")
+
+
+@pytest.mark.parametrize(
+    "name", [n for n in sorted(FORMAT_MODELS) if get_format(n).think_end in FORMAT_MODELS[n].tokens]
+)
+def test_a_model_that_closes_its_thinking_itself_is_not_forced(engines, name):
+    engine = engines(name)
+    prompt = rendered(engine, name)
+    out = run(engine, prompt, max_thinking_tokens=512)
+    assert out.stop_reason == "max_tokens"  # answering is never forced, only cut at the limit
+    kept = get_format(name.replace("_append_think", "")).split(out.text, prompt)
+    assert kept.reasoning and kept.content and not kept.content.startswith(PREFIX)
+    splits_as_streamed(name, out.text, prompt)
 
 
 @pytest.mark.parametrize("name", sorted(FORMAT_MODELS))
@@ -93,10 +100,10 @@ def test_an_early_exit_writes_the_probed_answer_in_the_formats_words(engines, na
     assert out.probe_tokens > 0  # the format's probe ran after a step
     assert out.stop_reason == "early_exit", out.text
     kept = get_format(name.replace("_append_think", "")).split(out.text, prompt)
-    assert kept.content.startswith(PREFIX) and kept.content.endswith("}.")
-    value = kept.content.removeprefix(PREFIX).removesuffix("}.")
+    assert PREFIX in kept.content and kept.content.endswith("}.")
+    value = kept.content.rsplit(PREFIX, 1)[1].removesuffix("}.")
     assert not fmt.in_thinking(out.text, prompt) or fmt.name == "glm45"
-    assert exit_text(fmt, "", prompt, value).endswith(kept.content)
+    assert out.text.endswith(exit_text(fmt, "", prompt, value).lstrip())
     splits_as_streamed(name, out.text, prompt)
 
 

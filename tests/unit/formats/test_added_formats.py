@@ -180,3 +180,45 @@ def test_detected_from_the_tokenizer_and_template(tmp_path, name, tokenizer, tem
     (tmp_path / "tokenizer.json").write_text(json.dumps(tokenizer))
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": template}))
     assert detect_format(tmp_path) == name
+
+
+@pytest.mark.parametrize(
+    ("name", "prompt", "pieces", "count"),
+    [
+        # The template opened the thinking: "12 - 5", " = 7", "</think>" are thinking.
+        ("deepseek_r1", s.R1_PROMPT, ["12 - 5", " = 7", "</think>", "\n\n", "7"], 3),
+        # A marker cut across tokens: the token that completes it is still the thinking's
+        # (the opener the model writes is not: it is read before the thinking is open).
+        ("qwen3", s.QWEN3_PROMPT_ON, ["<think>", "so 7", "</th", "ink>", "Seven."], 3),
+        # Undecided: the text before a lone end marker turns out to be thinking...
+        ("qwen3", "", ["So ", "7", "</think>", "Seven."], 3),
+        # ... and text with no marker at all, content.
+        ("qwen3", "", ["Just ", "seven."], 0),
+        (
+            "gpt_oss",
+            s.HARMONY_PROMPT,
+            [
+                "<|channel|>",
+                "analysis",
+                "<|message|>",
+                "a",
+                "<|end|>",
+                "<|start|>",
+                "assistant",
+                "<|channel|>",
+                "final",
+                "<|message|>",
+                "7",
+            ],
+            10,
+        ),  # fmt: skip
+        ("mistral", "", ["[THINK]", "so 12", "[/THINK]", "12"], 3),
+    ],
+)
+def test_reasoning_tokens_are_those_read_while_thinking(name, prompt, pieces, count):
+    assert get_format(name).count_reasoning_tokens(pieces, prompt) == count
+
+
+def test_formats_without_markers_leave_the_count_to_the_caller():
+    assert get_format("plain").count_reasoning_tokens(["a", "b"]) is None
+    assert get_format("tiny").count_reasoning_tokens(["a", "b"]) is None

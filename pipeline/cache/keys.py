@@ -49,12 +49,16 @@ def deterministic_params(params: schema.JobParams) -> tuple | None:
         return None
     p, sampling = params, _sampling(params)
     seed = p.seed if sampling else None
-    return (sampling, seed, p.max_tokens, p.max_steps, p.verify, p.early_exit)
+    caps = [c for c in (p.max_thinking_tokens, p.thinking_budget) if c]  # either name
+    thinking = min(caps) if caps else None
+    return (sampling, seed, p.max_tokens, p.max_steps, thinking, p.verify, p.early_exit)
 
 
 def _prompt_part(prompt: str | None, messages: Sequence[schema.Message] | None) -> list:
     if messages is not None:
-        return ["messages", [[m.role, normalize_text(m.content)] for m in messages]]
+        # An earlier turn's thinking shapes the prompt where the template keeps it.
+        turns = [[m.role, normalize_text(m.content), m.reasoning_content] for m in messages]
+        return ["messages", turns]
     return ["prompt", normalize_text(prompt or "")]
 
 
@@ -69,7 +73,9 @@ def answer_key(job: schema.Job, model: str) -> str | None:
     if params is None:
         return None
     prompt = _prompt_part(job.prompt, job.messages)
-    return digest("answer", model, prompt, _premises_part(job.premises), params)
+    # The template's switches (`enable_thinking`) change the prompt it renders, sorted: a map.
+    template = sorted((job.chat_template_kwargs or {}).items())
+    return digest("answer", model, prompt, _premises_part(job.premises), params, template)
 
 
 def step_key(

@@ -164,7 +164,15 @@ def cmd_up(args: argparse.Namespace) -> int:
         has_keys=bool(current["API_KEYS"]) or bool(current["API_KEYS_REDIS"]),
         allow_open=bool(current["GATEWAY_ALLOW_OPEN"]),
     )
-    stack = Stack(current.pipeline(), log_dir=args.log_dir)
+    pipeline_config = current.pipeline()
+    if pipeline_config.engine == "native":
+        from pipeline.engine.model_config import ModelConfig
+        from pipeline.engine.prepare import resolve_model
+
+        # Before anything starts: a model whose architecture the native engine cannot run
+        # fails here, with the error naming `--engine vllm`, not in a worker's log later.
+        ModelConfig.from_dir(resolve_model(pipeline_config.model))
+    stack = Stack(pipeline_config, log_dir=args.log_dir)
     print("starting services and workers ...", flush=True)
     with stack:
         for line in stack.describe():

@@ -10,7 +10,7 @@ from pipeline.decode.driver import Outward, ReasoningDriver
 from pipeline.decode.reasoning import Check, Note
 from pipeline.engine.sequence import Sequence
 from pipeline.engine.tokenizer import Tokenizer
-from pipeline.formats import Split, StreamSplitter
+from pipeline.formats import ReasoningFormat, Split, StreamSplitter
 
 
 @dataclass(slots=True)
@@ -156,6 +156,7 @@ def finish(
         usage=schema.Usage(
             prompt_tokens=seq.num_prompt_tokens,
             completion_tokens=seq.num_output_tokens,
+            reasoning_tokens=reasoning_tokens(tokenizer, fmt, prompt, seq.output_token_ids, parts),
             wasted_tokens=seq.num_discarded_tokens,
             probe_tokens=r.num_probe_tokens,
             steps=len(r.chain),
@@ -178,6 +179,23 @@ def finish(
         ts_ms=now_ms,
     )
     return events, result
+
+
+def reasoning_tokens(
+    tokenizer: Tokenizer, fmt: ReasoningFormat, prompt: str, output: list[int], parts: Split
+) -> int:
+    """OpenAI's `completion_tokens_details.reasoning_tokens`: the output tokens read while the
+    thinking was open (the format counts them). A format without markers (the split of
+    `plain`, `tiny` depends on what follows) counts its thinking's text re-encoded."""
+    texts = tokenizer.token_texts()
+    count = fmt.count_reasoning_tokens((texts[i] for i in output), prompt)
+    if count is None:
+        count = (
+            len(tokenizer.encode(parts.reasoning, add_special_tokens=False))
+            if parts.reasoning
+            else 0
+        )
+    return min(count, len(output))
 
 
 def decode_stages(run: JobRun, h: schema.Handoff, now_ms: int) -> dict[str, float]:

@@ -79,6 +79,8 @@ class Engine(EngineBase):
             eos |= self.tokenizer.eos_token_ids
         self.eos_token_ids = frozenset(eos)
         self.reasoning_format = format_for(path, config.reasoning_format)
+        if self.tokenizer is not None:  # decoded text keeps the markers the format reads
+            self.tokenizer.keep_special(self.reasoning_format.marker_texts())
         delimiter = config.step_delimiter or self.reasoning_format.step_delimiter
         self.step_detector = (
             StepBoundaryDetector(self.tokenizer.token_texts(), delimiter)

@@ -55,15 +55,23 @@ class ModelConfig:
     bos_token_id: int | None = None
 
     @classmethod
-    def from_dict(cls, cfg: dict[str, Any]) -> ModelConfig:
+    def from_dict(cls, cfg: dict[str, Any], *, native: bool = True) -> ModelConfig:
+        """`native`: for the native engine, which runs only ARCHITECTURES; the vLLM engine
+        runs any architecture vLLM does, and needs only the sizes and limits from here."""
         archs = cfg.get("architectures") or []
         arch = next((a for a in archs if a in ARCHITECTURES), None)
-        if arch is None:
+        if arch is None and native:
             raise UnsupportedModelError(
-                f"unsupported architecture {archs or cfg.get('model_type')!r}; "
-                f"supported: {', '.join(sorted(ARCHITECTURES))}"
+                f"unsupported architecture {archs or cfg.get('model_type')!r}: the native "
+                f"engine cannot run it (supported: {', '.join(sorted(ARCHITECTURES))}); serve "
+                "it through vLLM instead: `stepwise up --engine vllm --model DIR` "
+                "(or STEPWISE_ENGINE=vllm; docs/vllm.md)"
             )
-        family, bias_default, qk_norm = ARCHITECTURES[arch]
+        if arch is None:
+            arch = str(archs[0] if archs else cfg.get("model_type", "unknown"))
+            if isinstance(cfg.get("text_config"), dict):  # a multimodal config: its text model
+                cfg = {**cfg["text_config"], **cfg}
+        family, bias_default, qk_norm = ARCHITECTURES.get(arch, ("", False, False))
         try:
             hidden = int(cfg["hidden_size"])
             heads = int(cfg["num_attention_heads"])
@@ -77,8 +85,12 @@ class ModelConfig:
                 rope.setdefault(
                     "original_max_position_embeddings", cfg.get("max_position_embeddings")
                 )
-            if float(rope.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))) != 1:
-                raise UnsupportedModelError("partial rotary embeddings are not supported")
+            partial = float(rope.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1)))
+            if native and partial != 1:
+                raise UnsupportedModelError(
+                    "partial rotary embeddings are not supported by the native engine; "
+                    "serve this model with `--engine vllm`"
+                )
             sliding = cfg.get("sliding_window")
             if family == "qwen2" and not cfg.get("use_sliding_window", False):
                 sliding = None
@@ -113,7 +125,7 @@ class ModelConfig:
             raise ModelLoadError(f"config.json is missing or has a bad field: {e}") from e
 
     @classmethod
-    def from_dir(cls, path: str | Path) -> ModelConfig:
+    def from_dir(cls, path: str | Path, *, native: bool = True) -> ModelConfig:
         path = Path(path)
         if not path.is_dir():
             raise ModelLoadError(f"model directory not found: {path}")
@@ -124,7 +136,7 @@ class ModelConfig:
             cfg = json.loads(cfg_file.read_text())
         except json.JSONDecodeError as e:
             raise ModelLoadError(f"{cfg_file} is not valid JSON: {e}") from e
-        return cls.from_dict(cfg)
+        return cls.from_dict(cfg, native=native)
 
     @property
     def num_params(self) -> int:

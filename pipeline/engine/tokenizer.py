@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,8 @@ class Tokenizer:
             eos |= set(ids if isinstance(ids, list) else [] if ids is None else [ids])
         self.eos_token_ids = frozenset(eos)
         self._token_texts: list[str] | None = None
+        self._kept: frozenset[int] = frozenset()  # special tokens decode keeps (keep_special)
+        self._special: frozenset[int] = frozenset()
 
     @property
     def eos_token_id(self) -> int | None:
@@ -61,17 +64,33 @@ class Tokenizer:
         return list(self.hf.encode(text, add_special_tokens=add_special_tokens))
 
     def decode(self, token_ids: list[int], skip_special_tokens: bool = True) -> str:
+        if skip_special_tokens and self._kept:
+            token_ids = [i for i in token_ids if i not in self._special or i in self._kept]
+            return self.hf.decode(token_ids, skip_special_tokens=False)
         return self.hf.decode(token_ids, skip_special_tokens=skip_special_tokens)
+
+    def keep_special(self, texts: Iterable[str]) -> None:
+        """Decode keeps these special tokens: a reasoning format's markers where the tokenizer
+        makes them special (gpt-oss's `<|channel|>`, Magistral's `[THINK]`), since the split
+        reads them in the text. Other special tokens (EOS, padding) are still skipped."""
+        added = getattr(self.hf, "added_tokens_decoder", {}) or {}
+        special = {i for i, t in added.items() if getattr(t, "special", False)}
+        self._special = frozenset(special | set(self.hf.all_special_ids))
+        vocab = self.hf.get_vocab()
+        self._kept = frozenset(vocab[t] for t in texts if t in vocab) & self._special
 
     @property
     def has_chat_template(self) -> bool:
         return bool(getattr(self.hf, "chat_template", None))
 
-    def apply_chat_template(self, messages: list[dict[str, Any]]) -> list[int]:
-        """Render chat messages with the model's template, ready for the assistant's turn."""
+    def apply_chat_template(self, messages: list[dict[str, Any]], **kwargs: Any) -> list[int]:
+        """Render chat messages with the model's template, ready for the assistant's turn;
+        `kwargs` are the template's own variables (`enable_thinking`, `thinking`)."""
         if not self.has_chat_template:
             raise ModelLoadError("this model's tokenizer has no chat template; send a prompt")
-        text = self.hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        text = self.hf.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True, **kwargs
+        )
         # The template already writes any BOS token; do not add a second one.
         return self.encode(text, add_special_tokens=False)
 

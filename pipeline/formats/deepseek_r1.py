@@ -8,6 +8,7 @@ and the content is "" (vLLM's behaviour for R1).
 
 from __future__ import annotations
 
+from pipeline.formats.detect import opens_thinking
 from pipeline.formats.registry import register_format
 from pipeline.formats.think_tags import ThinkTagFormat
 
@@ -15,3 +16,9 @@ from pipeline.formats.think_tags import ThinkTagFormat
 @register_format("deepseek_r1")
 class DeepSeekR1Format(ThinkTagFormat):
     starts_in_thinking = True
+    signature = ("<think>", "</think>")
+    detect_priority = 1  # before qwen3, which has the same markers
+
+    @classmethod
+    def matches(cls, tokens: set[str], template: str) -> bool:
+        return super().matches(tokens, template) and opens_thinking(template)

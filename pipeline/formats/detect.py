@@ -1,10 +1,12 @@
 """Which format a Hugging Face model directory's model writes (JSON only: no transformers).
 
 1. `stepwise.json` with `"reasoning_format"`: the model's own say (the bundled tiny reasoner's);
-2. `<think>` and `</think>` both in the tokenizer (added tokens, vocabulary) or both in the
-   chat template: `deepseek_r1` when the template's generation prompt opens `<think>` (R1 and
-   its distills), else `qwen3` (the model writes the marker itself; Qwen3's `enable_thinking`
-   switch writes a closed `<think></think>`, which opens nothing);
+2. the tokenizer's tokens (added and special tokens, vocabulary) and its chat templates, against
+   each registered format's `signature` (`ReasoningFormat.matches`), most specific first
+   (`detect_priority`): `<|channel|>` … `<|message|>` is gpt-oss, `[THINK]` Mistral, `<think>`
+   with `[gMASK]` GLM, … and `<think>`/`</think>` alone `deepseek_r1` when the template's
+   generation prompt opens `<think>` (R1 and its distills), else `qwen3` (the model writes the
+   marker itself; Qwen3's `enable_thinking` switch writes a closed `<think></think>`);
 3. otherwise `plain`.
 Unreadable or malformed files count as absent: detection never raises.
 """
@@ -15,6 +17,9 @@ import json
 import re
 from pathlib import Path
 from typing import Any
+
+from pipeline.formats.base import ReasoningFormat
+from pipeline.formats.registry import format_classes, get_format
 
 THINK_START, THINK_END = "<think>", "</think>"
 _GENERATION_PROMPT = re.compile(r"add_generation_prompt")
@@ -68,15 +73,21 @@ def _contents(entries: Any) -> set[str]:
     return {t for t in out if isinstance(t, str)}
 
 
+def _signature_strings() -> set[str]:
+    return {s for cls in format_classes() for s in cls.signature}
+
+
 def _vocab_markers(tokenizer: dict) -> set[str]:
-    """The think markers among a tokenizer.json's vocabulary (not only its added tokens)."""
+    """The formats' signature strings among a tokenizer.json's vocabulary (not only its added
+    tokens)."""
+    wanted = _signature_strings()
     model = tokenizer.get("model")
     vocab = model.get("vocab") if isinstance(model, dict) else None
     if isinstance(vocab, dict):  # BPE, WordPiece: token -> id
-        return {t for t in (THINK_START, THINK_END) if t in vocab}
+        return {t for t in wanted if t in vocab}
     if isinstance(vocab, list):  # Unigram: [token, score] pairs
         pieces = {e[0] for e in vocab if isinstance(e, list) and e and isinstance(e[0], str)}
-        return pieces & {THINK_START, THINK_END}
+        return pieces & wanted
     return set()
 
 
@@ -99,15 +110,15 @@ def _tokens_and_templates(model_dir: Path) -> tuple[set[str], str]:
     return tokens, "\n".join(templates)
 
 
-def opens_thinking(template: str) -> bool:
-    """Does the template's generation prompt write an open `<think>` (not a closed, empty
+def opens_thinking(template: str, start: str = THINK_START, end: str = THINK_END) -> bool:
+    """Does the template's generation prompt write an open `start` marker (not a closed, empty
     `<think></think>` block)?"""
     for m in _GENERATION_PROMPT.finditer(template):
         block = template[m.end() : m.end() + _WINDOW]
-        end = block.find("endif")
-        block = block if end < 0 else block[:end]
-        start = block.rfind(THINK_START)
-        if start >= 0 and THINK_END not in block[start:]:
+        endif = block.find("endif")
+        block = block if endif < 0 else block[:endif]
+        at = block.rfind(start)
+        if at >= 0 and end not in block[at:]:
             return True
     return False
 
@@ -119,7 +130,10 @@ def detect_format(model_dir: str | Path) -> str:
     if declared is not None:
         return declared
     tokens, template = _tokens_and_templates(model_dir)
-    has_tokens = THINK_START in tokens and THINK_END in tokens
-    if not (has_tokens or (THINK_START in template and THINK_END in template)):
-        return "plain"
-    return "deepseek_r1" if opens_thinking(template) else "qwen3"
+    candidates = sorted(format_classes(), key=lambda c: (-c.detect_priority, c.name))
+    return next((c.name for c in candidates if c.matches(tokens, template)), "plain")
+
+
+def format_for(model_dir: str | Path, name: str | None = None) -> ReasoningFormat:
+    """The format named (an override: a flag, the environment), else the model's own."""
+    return get_format(name or detect_format(model_dir))

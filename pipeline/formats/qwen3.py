@@ -1,9 +1,10 @@
-"""Qwen3: the model writes `<think>` itself.
+"""Qwen3: the model writes `<think>` itself, or its template opens the block.
 
-Text before any marker, with no open marker in the prompt, is content: that is Qwen3 with
-`enable_thinking=False`, whose template already wrote `<think>\\n\\n</think>\\n\\n` into the
-prompt. Templates that open the block in the prompt (Qwen3 2507 Thinking, Qwen3.5) are followed
-too: the prompt's last marker decides where the generation starts.
+Where the prompt shows no marker, the start is undecided (markers.py): text before `<think>` is
+content, text before a lone `</think>` was thinking (vLLM's Qwen3 parser splits there: the
+template of Qwen3 2507 Thinking and Qwen3.5 opened the block), text with no marker is content.
+Qwen3 with `enable_thinking=False` has `<think>\\n\\n</think>\\n\\n` at the prompt's end: all
+content. A `<tool_call>` inside the thinking ends it; the call is content.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ from pipeline.formats.registry import register_format
 from pipeline.formats.think_tags import ThinkTagFormat
 
 
-@register_format("qwen3")
+# SGLang's `qwen3-thinking` is Qwen3 with a template that opens the block: the prompt says so.
+@register_format("qwen3", aliases=("qwen3_thinking",))
 class Qwen3Format(ThinkTagFormat):
-    starts_in_thinking = False
+    starts_in_thinking = None
+    tool_call_starts = ("<tool_call>",)
+    signature = ("<think>", "</think>")

@@ -116,3 +116,14 @@ class TwoPartSplitter(StreamSplitter):
         self._end_segment(True)
         self._end_segment(False)
         return self._take()
+
+
+class ContentSplitter(TwoPartSplitter):
+    """Everything is content (stripped, like a whole-text split with no markers)."""
+
+    def feed(self, delta: str) -> Split:
+        self._emit(False, delta)
+        return self._take()
+
+    def flush(self) -> Split:
+        return self._close()

@@ -7,8 +7,15 @@ opens the thinking itself). Non-stream: the Result's split. Stream: the job stre
 each delta tagged with its part by the format's streaming splitter (a marker cut across tokens
 is held until it is whole); a backtrack is shown as a marker line, since deltas cannot retract.
 
-Thinking budgets: vLLM's `thinking_token_budget` caps the job's thinking; `reasoning_effort`
-(low / medium / high) picks a cap from EFFORT_BUDGETS. The stamped budget still applies.
+The ecosystem's reasoning fields, by vLLM's and SGLang's names: `chat_template_kwargs` go to the
+chat template (`enable_thinking`, `thinking`); `reasoning_effort` caps the thinking (from
+EFFORT_BUDGETS), goes to the template, and `none` switches thinking off there; vLLM's
+`thinking_token_budget` caps the thinking; vLLM's `include_reasoning: false` leaves the thinking
+out of the response, SGLang's `separate_reasoning: false` sends the generation unsplit as the
+content and `stream_reasoning: false` sends the thinking in one delta once it is over; an
+earlier assistant turn's `reasoning_content` (or `reasoning`) goes to the template, which keeps
+or drops it; `usage.completion_tokens_details.reasoning_tokens` counts the thinking. A field
+this gateway does not implement is a 400 naming it, never silently ignored.
 """
 
 from __future__ import annotations
@@ -31,8 +38,12 @@ from pipeline.gateway.service import Gateway, GatewayError, new_job_id, result_e
 
 router = APIRouter()
 FINISH_REASONS = {"answer": "stop", "early_exit": "stop", "unverified": "stop"}
-EFFORT_BUDGETS = {"low": 256, "medium": 1024, "high": 4096}  # thinking tokens
+# reasoning_effort -> thinking tokens; `none` caps nothing but turns the template's thinking off.
+EFFORT_BUDGETS = {"none": None, "minimal": 64, "low": 256, "medium": 1024, "high": 4096}
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+# OpenAI fields that change nothing a client gets back here (metadata), accepted and unused.
+IGNORED_FIELDS = frozenset({"user", "metadata", "store"})
+REASONING_FIELDS = ("reasoning_content", "reasoning")  # a message's thinking, both names
 
 
 class ChatMessage(BaseModel):
@@ -42,7 +53,7 @@ class ChatMessage(BaseModel):
 
 
 class ChatRequest(BaseModel):
-    """The subset of OpenAI's request that maps onto a Job; other fields are ignored."""
+    """The subset of OpenAI's request that maps onto a Job; another field is a 400."""
 
     model_config = ConfigDict(extra="allow")
     model: str
@@ -56,7 +67,11 @@ class ChatRequest(BaseModel):
     seed: int | None = None
     n: int = 1
     thinking_token_budget: int | None = None  # vLLM's name
-    reasoning_effort: str | None = None  # low | medium | high
+    reasoning_effort: str | None = None  # none | minimal | low | medium | high
+    chat_template_kwargs: dict[str, Any] | None = None  # vLLM's and SGLang's
+    include_reasoning: bool = True  # vLLM's: false leaves the thinking out
+    separate_reasoning: bool = True  # SGLang's: false sends the generation unsplit
+    stream_reasoning: bool = True  # SGLang's: false sends the thinking in one delta at its end
     verify: str | None = None  # Stepwise's extension (extra_body): off | async | strict
 
 
@@ -70,6 +85,39 @@ def _text(content: str | list[dict[str, Any]] | None) -> str:
     return content or ""
 
 
+def _message(i: int, m: ChatMessage) -> dict[str, Any]:
+    if m.role not in ROLES:
+        raise bad_request(f"role {m.role!r} is not supported", f"messages[{i}].role")
+    extra = dict(m.model_extra or {})
+    unknown = sorted(set(extra) - {"name", *REASONING_FIELDS})
+    if unknown:
+        raise bad_request(f"{unknown[0]!r} is not supported", f"messages[{i}].{unknown[0]}")
+    msg: dict[str, Any] = {"role": ROLES[m.role], "content": _text(m.content)}
+    # An earlier turn's thinking, under either name: the template keeps it or drops it.
+    for name in (f for f in REASONING_FIELDS if extra.get(f) is not None):
+        if ROLES[m.role] != "assistant" or not isinstance(extra[name], str):
+            raise bad_request(
+                "only an assistant message carries reasoning, as text", f"messages[{i}].{name}"
+            )
+        msg.setdefault("reasoning_content", extra[name])
+    return msg
+
+
+def template_kwargs(req: ChatRequest) -> dict[str, Any] | None:
+    """The chat template's variables: the request's own, and `reasoning_effort` as vLLM
+    passes it (the value, and `enable_thinking` unless the request set it)."""
+    kwargs = dict(req.chat_template_kwargs or {})
+    for key, value in kwargs.items():
+        if not isinstance(value, str | int | float | bool | None):
+            raise bad_request(
+                "a chat template variable must be a scalar", f"chat_template_kwargs.{key}"
+            )
+    if req.reasoning_effort is not None:
+        kwargs.setdefault("reasoning_effort", req.reasoning_effort)
+        kwargs.setdefault("enable_thinking", req.reasoning_effort != "none")
+    return kwargs or None
+
+
 def to_job(req: ChatRequest, model_name: str) -> schema.Job:
     if req.model != model_name:
         raise GatewayError(
@@ -80,18 +128,21 @@ def to_job(req: ChatRequest, model_name: str) -> schema.Job:
         )
     if req.n != 1:
         raise bad_request("only n=1 is supported", "n")
-    messages = []
-    for i, m in enumerate(req.messages):
-        if m.role not in ROLES:
-            raise bad_request(f"role {m.role!r} is not supported", f"messages[{i}].role")
-        messages.append({"role": ROLES[m.role], "content": _text(m.content)})
+    unknown = sorted(set(req.model_extra or {}) - IGNORED_FIELDS)
+    if unknown:
+        raise bad_request(f"{unknown[0]!r} is not supported by this gateway", unknown[0])
+    if req.stream and not req.separate_reasoning:
+        # Token events carry the split parts, not the markers between them.
+        raise bad_request(
+            "separate_reasoning=false is supported without stream", "separate_reasoning"
+        )
+    messages = [_message(i, m) for i, m in enumerate(req.messages)]
     if req.reasoning_effort is not None and req.reasoning_effort not in EFFORT_BUDGETS:
         raise bad_request(
             f"reasoning_effort must be one of {', '.join(EFFORT_BUDGETS)}", "reasoning_effort"
         )
     thinking = req.thinking_token_budget
-    if req.reasoning_effort is not None:
-        effort = EFFORT_BUDGETS[req.reasoning_effort]
+    if (effort := EFFORT_BUDGETS.get(req.reasoning_effort or "")) is not None:
         thinking = effort if thinking is None else min(thinking, effort)
     params = {
         k: v
@@ -107,6 +158,8 @@ def to_job(req: ChatRequest, model_name: str) -> schema.Job:
         if v is not None
     }
     body = {"id": f"chatcmpl-{new_job_id()[3:]}", "messages": messages, "params": params}
+    if (kwargs := template_kwargs(req)) is not None:
+        body["chat_template_kwargs"] = kwargs
     try:
         return schema.decode_job(msgspec.json.encode(body), "application/json")
     except schema.SchemaError as exc:
@@ -130,12 +183,23 @@ def reasoning_text(result: schema.Result) -> str | None:
     return "\n".join(s.text for s in result.steps) or None
 
 
-def usage(result: schema.Result) -> dict[str, int]:
+def response_message(req: ChatRequest, result: schema.Result) -> dict[str, Any]:
+    """The non-stream message, shaped by the request's reasoning fields."""
+    if not req.separate_reasoning:  # SGLang's: the generation as written, markers and all
+        return {"role": "assistant", "content": result.text}
+    reasoning = reasoning_text(result) if req.include_reasoning else None
+    content = answer_text(result)
+    return {"role": "assistant", "content": content, "reasoning_content": reasoning,
+            "reasoning": reasoning}  # fmt: skip
+
+
+def usage(result: schema.Result) -> dict[str, Any]:
     u = result.usage
     return {
         "prompt_tokens": u.prompt_tokens,
         "completion_tokens": u.completion_tokens,
         "total_tokens": u.prompt_tokens + u.completion_tokens,
+        "completion_tokens_details": {"reasoning_tokens": u.reasoning_tokens},
     }
 
 
@@ -167,21 +231,14 @@ async def chat_completions(req: ChatRequest, gw: GatewayDep, tenant: TenantDep) 
     sub = await gw.submit_and_follow(job, tenant)
     created = int(time.time())
     if req.stream:
-        include_usage = bool((req.stream_options or {}).get("include_usage"))
-        chunks = _chunks(gw, sub, job.id, req.model, created, include_usage)
+        chunks = _chunks(gw, sub, job.id, req, created)
         return StreamingResponse(chunks, media_type="text/event-stream")
     try:
         result = await _wait(gw, sub)
     finally:
         gw.hub.unsubscribe(sub)
     check_result(result)
-    reasoning = reasoning_text(result)
-    message = {
-        "role": "assistant",
-        "content": answer_text(result),
-        "reasoning_content": reasoning,
-        "reasoning": reasoning,
-    }
+    message = response_message(req, result)
     choice = {"index": 0, "message": message, "finish_reason": finish_reason(result)}
     body = {
         "id": job.id,
@@ -207,47 +264,80 @@ def _sse(obj: object) -> bytes:
     return b"data: " + msgspec.json.encode(obj) + b"\n\n"
 
 
+class StreamDeltas:
+    """A job's streamed parts as chunk deltas, shaped by the request's reasoning fields: the
+    thinking left out (`include_reasoning: false`) or held until it is over
+    (`stream_reasoning: false`: sent in one delta before the first content)."""
+
+    def __init__(self, req: ChatRequest) -> None:
+        self.req = req
+        self.held: list[str] = []
+        self.thinking_over = req.stream_reasoning  # streamed as it comes: nothing to hold
+
+    def reasoning(self, text: str) -> list[dict[str, str]]:
+        if not self.req.include_reasoning or not text:
+            return []
+        if not self.thinking_over:
+            self.held.append(text)
+            return []
+        return [{"reasoning_content": text, "reasoning": text}]
+
+    def end_of_thinking(self) -> list[dict[str, str]]:
+        if self.thinking_over:
+            return []
+        self.thinking_over = True
+        text = "".join(self.held)
+        self.held.clear()
+        return self.reasoning(text)
+
+    def content(self, text: str) -> list[dict[str, str]]:
+        return self.end_of_thinking() + ([{"content": text}] if text else [])
+
+
 async def _chunks(
-    gw: Gateway, sub: Subscription, job_id: str, model: str, created: int, include_usage: bool
+    gw: Gateway, sub: Subscription, job_id: str, req: ChatRequest, created: int
 ) -> AsyncIterator[bytes]:
+    include_usage = bool((req.stream_options or {}).get("include_usage"))
+
     def chunk(delta: dict, finish: str | None = None) -> dict:
         choice = {"index": 0, "delta": delta, "finish_reason": finish}
         return {
             "id": job_id,
             "object": "chat.completion.chunk",
             "created": created,
-            "model": model,
+            "model": req.model,
             "choices": [choice],
         }
 
-    def think(text: str) -> bytes:
-        return _sse(chunk({"reasoning_content": text, "reasoning": text}))
-
+    deltas = StreamDeltas(req)
     sent_content = sent_reasoning = False
     try:
         yield _sse(chunk({"role": "assistant", "content": ""}))
         async for item in sub.items(gw.config.final_grace_s):
             if isinstance(item, schema.Event):
+                out = []
                 if item.kind == "token" and item.channel == "content":
                     sent_content = True
-                    yield _sse(chunk({"content": item.text}))
+                    out = deltas.content(item.text)
                 elif item.kind == "token":
                     sent_reasoning = True
-                    yield think(item.text)
+                    out = deltas.reasoning(item.text)
                 elif item.kind == "backtrack":
-                    yield think(f"\n[backtrack to step {item.step}]\n")
+                    out = deltas.reasoning(f"\n[backtrack to step {item.step}]\n")
+                for delta in out:
+                    yield _sse(chunk(delta))
                 continue
             if item.status in ("rejected", "error"):
                 err = item.error or schema.ErrorInfo(code="internal", message="job failed")
                 yield _sse({"error": {"code": err.code, "message": err.message}})
                 break
             # A cached Result (no tokens were generated for it): its split, whole.
-            if not sent_reasoning and (reasoning := reasoning_text(item)):
-                yield think(reasoning)
-            if not sent_content and (content := answer_text(item)):
-                yield _sse(chunk({"content": content}))
+            out = [] if sent_reasoning else deltas.reasoning(reasoning_text(item) or "")
+            out += deltas.content("" if sent_content else answer_text(item))
+            for delta in out:
+                yield _sse(chunk(delta))
             yield _sse(chunk({}, finish_reason(item)))
-            if include_usage:
+            if include_usage:  # the final usage chunk: reasoning tokens too
                 yield _sse({**chunk({}), "choices": [], "usage": usage(item)})
             break
         yield b"data: [DONE]\n\n"

@@ -9,10 +9,24 @@ import msgspec
 
 from pipeline import schema
 from pipeline.engine.tokenizer import Tokenizer
-from pipeline.errors import PromptTooLongError
+from pipeline.errors import InvalidRequestError, PromptTooLongError
 
 # Reads the live budget for an SLO class (the controller's, issue 6); None: defaults.
 BudgetSource = Callable[[str], schema.Budget | None]
+
+
+def template_messages(messages: list[schema.Message]) -> list[dict[str, str]]:
+    """Chat messages as templates read them. An earlier turn's thinking goes under each name
+    templates use for it (`reasoning_content`: Qwen3, GLM, Kimi, MiniMax; `reasoning`: vLLM's
+    newer name; `thinking`: gpt-oss): the template keeps it or drops it, as its model wants."""
+    out = []
+    for m in messages:
+        msg = {"role": m.role, "content": m.content}
+        if m.reasoning_content is not None:
+            for name in ("reasoning_content", "reasoning", "thinking"):
+                msg[name] = m.reasoning_content
+        out.append(msg)
+    return out
 
 
 def job_seed(job_id: str) -> int:
@@ -36,11 +50,17 @@ class IngestCore:
         self.budget_source = budget_source
 
     def tokenize(self, job: schema.Job) -> list[int]:
+        kwargs = job.chat_template_kwargs or {}
         if job.messages is not None:
-            msgs = [{"role": m.role, "content": m.content} for m in job.messages]
-            return self.tokenizer.apply_chat_template(msgs)
+            return self.tokenizer.apply_chat_template(template_messages(job.messages), **kwargs)
         if self.tokenizer.has_chat_template:
-            return self.tokenizer.apply_chat_template([{"role": "user", "content": job.prompt}])
+            msgs = [{"role": "user", "content": job.prompt}]
+            return self.tokenizer.apply_chat_template(msgs, **kwargs)
+        if kwargs:
+            raise InvalidRequestError(
+                "chat_template_kwargs needs a model with a chat template; this one has none",
+                job_id=job.id,
+            )
         return self.tokenizer.encode(job.prompt or "")
 
     @staticmethod

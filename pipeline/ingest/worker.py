@@ -44,7 +44,7 @@ class IngestWorker(StageWorker):
 
     async def setup(self) -> None:
         path = resolve_model(self.config.model)
-        mc = ModelConfig.from_dir(path)
+        mc = ModelConfig.from_dir(path, native=self.config.engine == "native")
         self.core = IngestCore(
             Tokenizer(path),
             # The prompt must fit what the engine behind this pipeline will run.

@@ -210,8 +210,12 @@ def validate_job(job: Job, limits: Limits = DEFAULT_LIMITS) -> None:
                 "messages",
                 f"{len(job.messages)} messages; the limit is {limits.max_messages}",
             )
-        num_chars = sum(len(m.content) for m in job.messages)
+        num_chars = sum(len(m.content) + len(m.reasoning_content or "") for m in job.messages)
         field = "messages"
+        for i, m in enumerate(job.messages):
+            if m.reasoning_content is not None and m.role != "assistant":
+                field = f"messages[{i}].reasoning_content"
+                raise fail(INVALID_FIELD, field, f"`{field}`: only an assistant turn has reasoning")
     if num_chars > limits.max_prompt_chars:
         raise fail(
             TOO_LARGE,
@@ -233,6 +237,35 @@ def validate_job(job: Job, limits: Limits = DEFAULT_LIMITS) -> None:
             )
     if job.params.top_k == 0:
         raise fail(INVALID_FIELD, "params.top_k", "`params.top_k` must be -1 (off) or >= 1, got 0")
+    _check_template_kwargs(job.chat_template_kwargs or {}, limits, fail)
+
+
+# Arguments of `apply_chat_template` itself: a template kwarg must not reach them.
+RESERVED_TEMPLATE_KWARGS = frozenset(
+    {"conversation", "messages", "tools", "documents", "chat_template", "add_generation_prompt",
+     "continue_final_message", "tokenize", "padding", "truncation", "max_length",
+     "return_tensors", "return_dict", "return_assistant_tokens_mask", "tokenizer_kwargs"}
+)  # fmt: skip
+_TEMPLATE_KWARG = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+
+
+def _check_template_kwargs(kwargs: dict, limits: Limits, fail) -> None:
+    if len(kwargs) > limits.max_template_kwargs:
+        raise fail(
+            TOO_LARGE,
+            "chat_template_kwargs",
+            f"{len(kwargs)} chat_template_kwargs; the limit is {limits.max_template_kwargs}",
+        )
+    for key, value in kwargs.items():
+        field = f"chat_template_kwargs.{key}"
+        if not _TEMPLATE_KWARG.fullmatch(key) or key in RESERVED_TEMPLATE_KWARGS:
+            raise fail(INVALID_FIELD, field, f"{key!r} is not a chat template variable name")
+        if isinstance(value, str) and len(value) > limits.max_premise_chars:
+            raise fail(
+                TOO_LARGE,
+                field,
+                f"{len(value)} characters; the limit is {limits.max_premise_chars}",
+            )
 
 
 def decode(data: bytes, type_: type[T], limits: Limits = DEFAULT_LIMITS, fmt: str = "msgpack") -> T:

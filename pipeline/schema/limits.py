@@ -76,6 +76,7 @@ class Limits:
     max_prompt_chars: int = 65536  # the prompt, or all message contents together
     max_messages: int = 256
     max_premises: int = 64
+    max_template_kwargs: int = 32
     max_premise_chars: int = 2048
     max_dead_letter_payload_bytes: int = 64 << 10
     max_peek_bytes: int = 16 << 20  # oversize input up to this size is still read for its id

@@ -29,11 +29,19 @@ from pipeline.schema.limits import (
 # -- Job: what users publish ---------------------------------------------------------------
 
 
+# A value of a chat template's own switches (vLLM's `chat_template_kwargs`: `enable_thinking`,
+# `thinking`, `reasoning_effort`): scalars only.
+TemplateValue = str | int | float | bool | None
+
+
 class Message(msgspec.Struct, kw_only=True):
     """One chat message, OpenAI-style."""
 
     role: Literal["system", "user", "assistant"]
     content: str
+    # An earlier assistant turn's thinking (vLLM's `reasoning_content` / `reasoning`): given to
+    # the chat template, which keeps it (interleaved thinking) or drops it, as the model wants.
+    reasoning_content: str | None = None
 
 
 class JobParams(msgspec.Struct, kw_only=True):
@@ -79,6 +87,9 @@ class Job(msgspec.Struct, kw_only=True):
     slo: SLO = msgspec.field(default_factory=SLO)
     reply_topic: Annotated[str, Meta(pattern=TOPIC_PATTERN)] | None = None
     created_ms: NonNeg | None = None
+    # Passed to the chat template as it renders the prompt (vLLM's and SGLang's field):
+    # `{"enable_thinking": false}` (Qwen3), `{"thinking": true}` (DeepSeek-V3.1).
+    chat_template_kwargs: dict[str, TemplateValue] | None = None
 
 
 # -- internal: ingest -> prefill -> decode ----------------------------------------------------
@@ -238,6 +249,7 @@ class StepRecord(msgspec.Struct, kw_only=True):
 class Usage(msgspec.Struct, kw_only=True):
     prompt_tokens: NonNeg = 0
     completion_tokens: NonNeg = 0
+    reasoning_tokens: NonNeg = 0  # of the completion, the thinking's (the format's split)
     probe_tokens: NonNeg = 0  # early-exit answer probes
     wasted_tokens: NonNeg = 0  # discarded by backtracks
     steps: NonNeg = 0

@@ -75,10 +75,11 @@ class VLLMEngine(EngineBase):
         # (bench/stepwise_vs_vllm.py measures both).
         self.step_stops = step_stops
         path = Path(config.model)
-        self.model_config = mc = ModelConfig.from_dir(path)
+        self.model_config = mc = ModelConfig.from_dir(path, native=False)
         self.tokenizer = Tokenizer(path)
         self.eos_token_ids = frozenset(set(mc.eos_token_ids) | self.tokenizer.eos_token_ids)
         self.reasoning_format = format_for(path, config.reasoning_format)
+        self.tokenizer.keep_special(self.reasoning_format.marker_texts())  # the split reads them
         self.step_detector = StepBoundaryDetector(
             self.tokenizer.token_texts(),
             config.step_delimiter or self.reasoning_format.step_delimiter,

@@ -56,6 +56,23 @@ def test_answer_key_messages():
     assert k != c.answer_key(job(prompt="What is 2 + 2?"), "m")  # prompt and messages differ
     two = msgs + [schema.Message(role="assistant", content="4")]
     assert k != c.answer_key(job(messages=two), "m")
+    thought = msgs + [schema.Message(role="assistant", content="4", reasoning_content="2+2=4")]
+    assert c.answer_key(job(messages=thought), "m") != c.answer_key(job(messages=two), "m")
+
+
+def test_answer_key_follows_the_template_kwargs_and_the_thinking_budget():
+    base = c.answer_key(job(prompt="What is 2 + 2?"), "m")
+    off = c.answer_key(
+        job(prompt="What is 2 + 2?", chat_template_kwargs={"enable_thinking": False}), "m"
+    )
+    assert off != base
+    both = {"enable_thinking": False, "reasoning_effort": "low"}
+    flipped = dict(reversed(both.items()))
+    assert c.answer_key(job(prompt="x", chat_template_kwargs=both), "m") == c.answer_key(
+        job(prompt="x", chat_template_kwargs=flipped), "m"
+    )
+    capped = job(prompt="What is 2 + 2?", params={"temperature": 0.0, "thinking_budget": 64})
+    assert c.answer_key(capped, "m") != base  # reasoning_effort caps the thinking
 
 
 def test_answer_key_premises_are_an_order_free_set():

@@ -1,9 +1,18 @@
-"""The OpenAI request mapping (pure): thinking budgets, reasoning effort, streaming, verify."""
+"""The OpenAI request mapping (pure): thinking budgets, reasoning effort, streaming, verify, and
+the ecosystem's reasoning fields (template kwargs, include/separate/stream reasoning, usage)."""
 
 import pytest
 
 from pipeline import schema
-from pipeline.gateway.openai_api import ChatRequest, answer_text, reasoning_text, to_job
+from pipeline.gateway.openai_api import (
+    ChatRequest,
+    StreamDeltas,
+    answer_text,
+    reasoning_text,
+    response_message,
+    to_job,
+    usage,
+)
 from pipeline.gateway.service import GatewayError
 
 MSG = [{"role": "user", "content": "What is 2 + 3?"}]
@@ -39,3 +48,102 @@ def test_content_and_reasoning_come_from_the_split():
     assert reasoning_text(empty) is None  # null, as vLLM sends no reasoning
     old = schema.Result(id="j", status="ok", text="1 + 1 = 2\nAnswer: 2", answer="2", ts_ms=1)
     assert answer_text(old) == "Answer: 2"  # a Result from before the split (cached)
+
+
+# --- the ecosystem's reasoning fields (issue 37) ------------------------------------------------
+
+
+def test_chat_template_kwargs_and_reasoning_effort_reach_the_template():
+    assert job().chat_template_kwargs is None
+    off = job(chat_template_kwargs={"enable_thinking": False})
+    assert off.chat_template_kwargs == {"enable_thinking": False}
+    assert job(chat_template_kwargs={"thinking": True}).chat_template_kwargs == {"thinking": True}
+    # reasoning_effort goes to the template too (gpt-oss reads it), switching thinking as vLLM.
+    low = job(reasoning_effort="low")
+    assert low.chat_template_kwargs == {"reasoning_effort": "low", "enable_thinking": True}
+    none = job(reasoning_effort="none")
+    assert none.chat_template_kwargs["enable_thinking"] is False
+    assert none.params.thinking_budget is None  # the template switches it off; no cap
+    kept = job(reasoning_effort="none", chat_template_kwargs={"enable_thinking": True})
+    assert kept.chat_template_kwargs["enable_thinking"] is True  # the request's own wins
+    assert job(reasoning_effort="minimal").params.thinking_budget == 64
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        (
+            {"chat_template_kwargs": {"enable_thinking": [1, 2]}},
+            "chat_template_kwargs.enable_thinking",
+        ),
+        ({"chat_template_kwargs": {"tokenize": True}}, "chat_template_kwargs.tokenize"),
+        ({"chat_template_kwargs": {"bad key": 1}}, "chat_template_kwargs.bad key"),
+        ({"skip_reasoning": True}, "skip_reasoning"),
+        ({"logprobs": True}, "logprobs"),
+        ({"stream": True, "separate_reasoning": False}, "separate_reasoning"),
+    ],
+)
+def test_a_field_not_implemented_is_a_400_naming_it(kwargs, field):
+    with pytest.raises(GatewayError) as e:
+        job(**kwargs)
+    assert e.value.status == 400 and e.value.field == field
+
+
+def test_an_earlier_turns_reasoning_goes_to_the_template():
+    msgs = [
+        {"role": "user", "content": "What is 2 + 3?"},
+        {"role": "assistant", "content": "5", "reasoning_content": "2 + 3 = 5."},
+        {"role": "user", "content": "And times 4?"},
+    ]
+    j = to_job(ChatRequest(model="m", messages=msgs), "m")
+    assert (
+        j.messages[1].reasoning_content == "2 + 3 = 5." and j.messages[2].reasoning_content is None
+    )
+    msgs[1] = {"role": "assistant", "content": "5", "reasoning": "vLLM's newer name."}
+    j = to_job(ChatRequest(model="m", messages=msgs), "m")
+    assert j.messages[1].reasoning_content == "vLLM's newer name."
+    with pytest.raises(GatewayError) as e:
+        bad = [{"role": "user", "content": "hi", "reasoning_content": "no"}]
+        to_job(ChatRequest(model="m", messages=bad), "m")
+    assert e.value.field == "messages[0].reasoning_content"
+    with pytest.raises(GatewayError) as e:
+        to_job(ChatRequest(model="m", messages=[{**MSG[0], "tool_calls": []}]), "m")
+    assert e.value.field == "messages[0].tool_calls"
+
+
+RESULT = schema.Result(
+    id="j", status="ok", text="<think>\n2 + 3 = 5.\n</think>\n\nIt is $\\boxed{5}$.",
+    reasoning="2 + 3 = 5.", content="It is $\\boxed{5}$.", ts_ms=1,
+    usage=schema.Usage(prompt_tokens=12, completion_tokens=20, reasoning_tokens=8),
+)  # fmt: skip
+
+
+def test_usage_counts_reasoning_tokens():
+    u = usage(RESULT)
+    assert u["completion_tokens_details"] == {"reasoning_tokens": 8}
+    assert u["total_tokens"] == 32
+
+
+def test_include_and_separate_reasoning_shape_the_message():
+    req = ChatRequest(model="m", messages=MSG)
+    assert response_message(req, RESULT)["reasoning_content"] == "2 + 3 = 5."
+    hidden = response_message(ChatRequest(model="m", messages=MSG, include_reasoning=False), RESULT)
+    assert hidden["reasoning_content"] is None and hidden["content"] == "It is $\\boxed{5}$."
+    raw = response_message(ChatRequest(model="m", messages=MSG, separate_reasoning=False), RESULT)
+    assert raw == {"role": "assistant", "content": RESULT.text}
+
+
+def test_stream_deltas_follow_include_and_stream_reasoning():
+    live = StreamDeltas(ChatRequest(model="m", messages=MSG))
+    assert live.reasoning("2 + 3") == [{"reasoning_content": "2 + 3", "reasoning": "2 + 3"}]
+    assert live.content("5") == [{"content": "5"}]
+    held = StreamDeltas(ChatRequest(model="m", messages=MSG, stream_reasoning=False))
+    assert held.reasoning("2 + 3") == [] and held.reasoning(" = 5.") == []
+    both = "2 + 3 = 5."
+    assert held.content("It is 5.") == [
+        {"reasoning_content": both, "reasoning": both},
+        {"content": "It is 5."},
+    ]
+    assert held.reasoning("\n[backtrack to step 1]\n") != []  # after it: as it comes
+    hidden = StreamDeltas(ChatRequest(model="m", messages=MSG, include_reasoning=False))
+    assert hidden.reasoning("2 + 3") == [] and hidden.content("5") == [{"content": "5"}]

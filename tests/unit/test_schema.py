@@ -314,6 +314,43 @@ BAD_JOBS = [
     (as_json(job_dict(v=0)), JSON, "unsupported_version", "v", "j1"),
     # A v2 job may not even type-check as v1: the version is what gets reported.
     (as_json(job_dict(v=2, prompt={"parts": ["a"]})), JSON, "unsupported_version", "v", "j1"),
+    (
+        as_json(job_dict(chat_template_kwargs={"tokenize": True})),
+        JSON,
+        "invalid_field",
+        "chat_template_kwargs.tokenize",
+        "j1",
+    ),
+    (
+        as_json(job_dict(chat_template_kwargs={"enable-thinking": True})),
+        JSON,
+        "invalid_field",
+        "chat_template_kwargs.enable-thinking",
+        "j1",
+    ),
+    (
+        as_json(job_dict(chat_template_kwargs={f"k{i}": i for i in range(40)})),
+        JSON,
+        "too_large",
+        "chat_template_kwargs",
+        "j1",
+    ),
+    (
+        as_json(job_dict(chat_template_kwargs={"thinking": [True]})),
+        JSON,
+        "invalid_field",
+        "chat_template_kwargs[...]",  # msgspec's path for a map's value
+        "j1",
+    ),
+    (
+        as_json(
+            {"id": "j1", "messages": [{"role": "user", "content": "x", "reasoning_content": "y"}]}
+        ),
+        JSON,
+        "invalid_field",
+        "messages[0].reasoning_content",
+        "j1",
+    ),
     (as_msgpack(job_dict(id=b"j1")), None, "bad_id", "id", None),
     (as_json(job_dict(id=17)), JSON, "bad_id", "id", None),
 ]

@@ -6,6 +6,7 @@ import shutil
 import pytest
 
 from pipeline.engine import Engine, EngineConfig, Request, SamplingParams
+from pipeline.engine.model_config import ModelConfig
 from pipeline.errors import (
     InvalidRequestError,
     ModelLoadError,
@@ -22,6 +23,35 @@ def test_unsupported_architecture(tmp_path, llama_dir):
     (path / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(UnsupportedModelError, match="GPT2LMHeadModel.*supported: "):
         Engine(EngineConfig(model=str(path)))
+
+
+def gpt_oss_dir(tmp_path, llama_dir):
+    """A checkpoint whose architecture only vLLM runs (its sizes are the tiny llama's)."""
+    path = tmp_path / "gptoss"
+    shutil.copytree(llama_dir, path)
+    cfg = json.loads((path / "config.json").read_text())
+    cfg.update(architectures=["GptOssForCausalLM"], model_type="gpt_oss")
+    (path / "config.json").write_text(json.dumps(cfg))
+    return path
+
+
+def test_an_architecture_the_engine_cannot_run_names_the_vllm_engine(tmp_path, llama_dir):
+    path = gpt_oss_dir(tmp_path, llama_dir)
+    with pytest.raises(UnsupportedModelError, match="GptOssForCausalLM") as e:
+        ModelConfig.from_dir(path)
+    assert "--engine vllm" in str(e.value) and "native engine" in str(e.value)
+    # vLLM runs it: the vLLM engine and ingest read only its sizes and limits.
+    mc = ModelConfig.from_dir(path, native=False)
+    assert mc.architecture == "GptOssForCausalLM" and mc.max_model_len() > 0
+
+
+def test_stepwise_up_refuses_it_before_starting_anything(tmp_path, llama_dir, capsys):
+    from pipeline.cli.main import main
+
+    path = gpt_oss_dir(tmp_path, llama_dir)
+    assert main(["up", "--model", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "[unsupported_model]" in err and "--engine vllm" in err and "GptOssForCausalLM" in err
 
 
 def test_missing_directory_config_and_weights(tmp_path, llama_dir):

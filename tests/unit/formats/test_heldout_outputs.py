@@ -267,12 +267,12 @@ case(
     None,
 )
 case(
-    "r1_second_close_dropped",  # a second </think> changes nothing
+    "r1_second_close_kept",  # a second </think> is text, as vLLM keeps it (issue 37)
     "deepseek_r1",
     r1_prompt("What is 6 times 7?"),
     "Okay, 6 times 7 is 42.\n</think>\n\nThe final answer is $42$.\n</think>",
     "Okay, 6 times 7 is 42.",
-    "The final answer is $42$.",
+    "The final answer is $42$.\n</think>",
     "42",
 )
 case(

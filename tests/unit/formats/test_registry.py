@@ -22,8 +22,36 @@ def scratch_registry(monkeypatch):
     monkeypatch.setattr(registry, "_FORMATS", dict(registry._FORMATS))
 
 
+VLLM_NAMES = {  # vLLM's --reasoning-parser names (vllm/reasoning/__init__.py, 0.32.0)
+    "deepseek_r1", "deepseek_v3", "ernie45", "gemma4", "glm45", "glm47", "openai_gptoss",
+    "granite", "hunyuan_a13b", "kimi_k2", "minimax_m2", "minimax_m2_append_think", "mistral",
+    "nemotron_v3", "olmo3", "qwen3", "seed_oss", "step3",
+}  # fmt: skip
+SGLANG_NAMES = {  # SGLang's (python/sglang/srt/parser/reasoning_parser_names.py)
+    "deepseek-r1", "deepseek-v3", "glm45", "hunyuan", "gpt-oss", "kimi_k2", "qwen3",
+    "qwen3-thinking", "minimax", "minimax-append-think", "step3", "mistral", "nemotron_3",
+    "gemma4",
+}  # fmt: skip
+
+
 def test_builtin_names():
-    assert format_names() == ["deepseek_r1", "plain", "qwen3", "tiny"]
+    assert format_names() == [
+        "deepseek_r1", "deepseek_v3", "ernie45", "gemma4", "glm45", "gpt_oss", "granite",
+        "hunyuan_a13b", "kimi_k2", "minimax_m2", "minimax_m2_append_think", "mistral",
+        "nemotron_v3", "olmo3", "plain", "qwen3", "seed_oss", "step3", "tiny",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(VLLM_NAMES | SGLANG_NAMES))
+def test_vllm_and_sglang_names_work(name):
+    fmt = get_format(name)
+    assert registry._key(name) in (fmt.name, *fmt.aliases)
+
+
+def test_an_alias_gives_the_format_under_its_own_name():
+    assert get_format("openai_gptoss").name == "gpt_oss"
+    assert get_format("minimax-append-think").name == "minimax_m2_append_think"
+    assert "openai_gptoss" not in format_names()
 
 
 @pytest.mark.parametrize("name", ["deepseek_r1", "deepseek-r1", " DeepSeek_R1 "])
@@ -32,8 +60,8 @@ def test_names_are_forgiving(name):
 
 
 def test_unknown_name_lists_the_known_ones():
-    with pytest.raises(ValueError, match="unknown reasoning format 'gpt-oss'") as err:
-        get_format("gpt-oss")
+    with pytest.raises(ValueError, match="unknown reasoning format 'cohere_command4'") as err:
+        get_format("cohere_command4")
     for name in format_names():
         assert name in str(err.value)
 
@@ -73,6 +101,11 @@ def test_a_taken_name_is_refused_unless_replaced(scratch_registry):
         pass
 
     assert isinstance(get_format("plain"), Replacement)
+    with pytest.raises(ValueError, match="already registered"):
+
+        @register_format("mine", aliases=("openai_gptoss",))
+        class Alias(ReasoningFormat):
+            pass
 
 
 def test_register_needs_a_format_class():
@@ -86,7 +119,7 @@ def test_half_defined_markers_fail_at_class_creation():
         class Broken(ReasoningFormat):
             think_start = "<think>"
 
-    with pytest.raises(ValueError, match="two different strings"):
+    with pytest.raises(ValueError, match="named twice"):
 
         class Same(ReasoningFormat):
             think_start = think_end = "|"

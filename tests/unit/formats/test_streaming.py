@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.formats import Split, format_names, get_format
+from pipeline.formats.harmony import TOKENS as HARMONY_TOKENS
 from pipeline.formats.split import PartWriter, join_segments
 from tests.unit.formats.samples import CASES
 
@@ -44,16 +45,28 @@ def test_random_multi_cuts_match_the_whole_split(name, prompt, text, data):
     assert stream(name, cut(text, points), prompt) == get_format(name).split(text, prompt)
 
 
+def _marker_bits() -> list[str]:
+    """Every registered format's markers, whole and cut in two."""
+    markers = set(HARMONY_TOKENS)
+    for name in format_names():
+        m = get_format(name).markers
+        markers |= set(m.lexicon.markers) if m is not None else set()
+    return sorted(
+        markers | {m[: len(m) // 2] for m in markers} | {m[len(m) // 2 :] for m in markers}
+    )
+
+
 # Adversarial texts: marker pieces, answer cues, whitespace and line/paragraph breaks.
-MARKER_BITS = ["<", ">", "/", "think", "<think>", "</think>", "</", "<th", "ink>", "</thi"]
+MARKER_BITS = ["<", ">", "/", "think", "</", "<th", "ink>", "</thi", *_marker_bits()]
 SPACES = ["\n", "\n\n", " ", "\t", "\r\n", "\x0b", "\u00a0"]
 ANSWER_BITS = ["a", "7", ".", ":", "Answer", "answer:", "Answer: 5", "The answer is", " 3.5. "]
 FRAGMENTS = MARKER_BITS + SPACES + ANSWER_BITS + ["\\boxed{", "}", "**", "####", "Hope."]
 PROMPTS = ["", "<think>\n", "<think>\n\n</think>\n\n", "x</think>", "<think>a</think><think>"]
+PROMPTS += ["[THINK]", "<|channel>", "<|start|>assistant", "<|start|>assistant<|channel|>analysis"]
 texts = st.lists(st.sampled_from(FRAGMENTS), max_size=25).map("".join)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=1500, deadline=None)
 @given(
     name=st.sampled_from(sorted(format_names())),
     prompt=st.sampled_from(PROMPTS),
@@ -76,9 +89,22 @@ def test_a_marker_cut_at_every_position_is_still_found(name, marker):
 
 
 def test_a_partial_marker_is_held_back_then_released_as_text():
-    splitter = get_format("qwen3").splitter()
+    splitter = get_format("qwen3").splitter("<think>\n\n</think>\n\n")  # thinking off
     assert splitter.feed("x </th") == Split("", "x")
     assert splitter.feed("ere") == Split("", " </there")
+
+
+def test_undecided_text_is_held_until_a_marker_decides_it():
+    # Qwen3 with no marker in the prompt: a lone </think> would make the text so far reasoning.
+    splitter = get_format("qwen3").splitter("<|im_start|>assistant\n")
+    assert splitter.feed("12 - 5 = 7, so ") == Split()
+    assert splitter.feed("7.</think>\n\nSeven") == Split("12 - 5 = 7, so 7.", "Seven")
+    splitter = get_format("qwen3").splitter("<|im_start|>assistant\n")
+    assert splitter.feed("Hello! ") == Split()
+    assert splitter.feed("<think>hi") == Split("hi", "Hello!")
+    splitter = get_format("qwen3").splitter("<|im_start|>assistant\n")
+    assert splitter.feed("Just an answer.") == Split()
+    assert splitter.flush() == Split("", "Just an answer.")
 
 
 def test_a_partial_marker_left_at_the_end_is_text():

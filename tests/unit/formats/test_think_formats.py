@@ -61,8 +61,22 @@ def test_several_thinking_blocks_join_with_a_blank_line():
     assert QWEN3.split(text) == Split("a\n\nc", "b\n\nd")
 
 
-def test_a_stray_end_marker_in_the_content_is_dropped():
-    assert R1.split("t</think>x </think> y") == Split("t", "x  y")
+def test_a_second_end_marker_is_text_as_vllm_keeps_it():
+    assert R1.split("t</think>x </think> y") == Split("t", "x </think> y")
+
+
+def test_a_second_start_marker_inside_a_block_is_text():
+    # The first one the model writes re-opens what the template opened: dropped.
+    assert R1.split("<think>Outer<think>Inner</think>Content") == Split(
+        "Outer<think>Inner", "Content"
+    )
+
+
+def test_a_tool_call_ends_the_thinking_and_goes_to_the_content():
+    call = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
+    parts = QWEN3.split(f"<think>I should add 2 and 3.\n\n{call}\n</think>\n\nDone.")
+    assert parts == Split("I should add 2 and 3.", f"{call}\n\nDone.")
+    assert not QWEN3.in_thinking(f"<think>I should add.{call}")
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ from pipeline.engine.prepare import resolve_model
 from pipeline.engine.sampling_params import SamplingParams
 from pipeline.engine.sequence import Sequence
 from pipeline.engine.tokenizer import Tokenizer
-from pipeline.errors import PromptTooLongError
+from pipeline.errors import InvalidRequestError, PromptTooLongError
 from pipeline.formats import get_format
 from pipeline.ingest.core import IngestCore, job_seed
 
@@ -47,6 +47,47 @@ def test_a_live_budget_wins_over_the_default(tok):
     live = schema.Budget(max_steps=2, max_thinking_tokens=16, version=7)
     core = IngestCore(tok, 64, "m", BUDGET, budget_source=lambda cls: live)
     assert core.admit(schema.Job(id="b", prompt="1 + 1"), 0).budget == live
+
+
+# Qwen3's switch and its interleaved thinking, in a small template of the same shape.
+SWITCH_TEMPLATE = (
+    "{% for m in messages %}<|{{ m.role }}|>{% if m.reasoning_content %}<think>"
+    "{{ m.reasoning_content }}</think>{% endif %}{{ m.content }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% if enable_thinking is defined and "
+    "not enable_thinking %}<think></think>{% endif %}{% endif %}"
+)
+
+
+@pytest.fixture(scope="module")
+def switch_tok(tmp_path_factory) -> Tokenizer:
+    from tests.model_factory import add_char_tokenizer
+
+    path = tmp_path_factory.mktemp("switch")
+    return Tokenizer(add_char_tokenizer(path, chat_template=SWITCH_TEMPLATE))
+
+
+def test_admit_renders_the_template_with_the_jobs_kwargs_and_earlier_thinking(switch_tok):
+    core = IngestCore(switch_tok, 512, "m", BUDGET)
+    msgs = [schema.Message(role="user", content="2+3?")]
+    on = switch_tok.decode(core.admit(schema.Job(id="k1", messages=msgs), 0).token_ids)
+    off_job = schema.Job(id="k2", messages=msgs, chat_template_kwargs={"enable_thinking": False})
+    off = switch_tok.decode(core.admit(off_job, 0).token_ids)
+    assert on.endswith("<|assistant|>") and off.endswith("<|assistant|><think></think>")
+    turns = [*msgs, schema.Message(role="assistant", content="5", reasoning_content="2+3=5")]
+    turns.append(schema.Message(role="user", content="*4?"))
+    kept = switch_tok.decode(core.admit(schema.Job(id="k3", messages=turns), 0).token_ids)
+    assert "<|assistant|><think>2+3=5</think>5" in kept  # this template keeps it
+
+
+def test_admit_refuses_template_kwargs_for_a_model_without_a_template(tmp_path):
+    from tests.model_factory import add_char_tokenizer
+
+    tok = Tokenizer(add_char_tokenizer(tmp_path))
+    core = IngestCore(tok, 512, "m", BUDGET)
+    job = schema.Job(id="k4", prompt="2+3?", chat_template_kwargs={"enable_thinking": False})
+    with pytest.raises(InvalidRequestError, match="chat_template_kwargs") as e:
+        core.admit(job, 0)
+    assert e.value.job_id == "k4"
 
 
 def test_the_tiny_format_takes_the_last_answer_line():
@@ -168,6 +209,10 @@ def test_finish_builds_the_one_result(tok):
     assert result.status == "ok" and result.answer == "7" and result.id == "d-1"
     assert [s.text for s in result.steps] == ["3 + 4 = 7", "Answer: 7"]
     assert result.usage.completion_tokens == run.seq.num_output_tokens
+    # The thinking's tokens: the steps before the answer line, as the format split them.
+    assert result.reasoning == "3 + 4 = 7"
+    assert result.usage.reasoning_tokens == len(tok.encode("3 + 4 = 7", add_special_tokens=False))
+    assert 0 < result.usage.reasoning_tokens < result.usage.completion_tokens
     assert result.usage.steps == 2 and result.budget.stop_reason == "answer"
     assert result.timings.e2e_ms == 300 and result.timings.stages["prefill"] == 3
 

@@ -5,13 +5,13 @@ arithmetic becomes NONARITH, what we do not evaluate UNSUP."""
 
 from __future__ import annotations
 
+from pipeline.verify.prose_names import named_quantities
 from pipeline.verify.prose_tokens import (
     _APPROX_WORDS,
     _RANGE_AFTER,
     _RANGE_BEFORE,
     _REMAINDER,
     _VERSION_WORDS,
-    APPROX,
     APPROX_WORD,
     BREAK,
     LP,
@@ -28,6 +28,7 @@ from pipeline.verify.prose_tokens import (
     WORD_OPS,
     Token,
 )
+from pipeline.verify.prose_units import units_and_letters
 from pipeline.verify.prose_words import words_to_math
 
 
@@ -53,7 +54,7 @@ def rewrite(tokens: list[Token]) -> list[Token]:
         if line_start and _is_list_marker(t, nxt):
             continue  # "- ", "* ", "1. ", "> ": markdown, not arithmetic
         line_start = False
-        if t.kind == OP and t.star and not (_ends_operand(prev) and _starts_operand(nxt)):
+        if t.kind == OP and t.star and not _star_is_operator(out, t, nxt, tokens[i + 2 : i + 8]):
             continue  # "*" / "**" between operands multiplies / raises; else it is emphasis
         if t.kind == OP and t.math == "–":
             ranged = _adjacent(prev, t) and _adjacent(t, nxt) and prev.kind == nxt.kind == NUM
@@ -73,7 +74,7 @@ def rewrite(tokens: list[Token]) -> list[Token]:
         out = _mixed_numbers(out)
     if words:
         out = _ranges(out)
-        out = _units_and_letters(out)
+        out = named_quantities(units_and_letters(out))
     return out
 
 
@@ -100,6 +101,37 @@ def _word_meaning(
     if t.kind == WORD and word in _APPROX_WORDS:
         return [Token(APPROX_WORD, word, t.start, t.end)]
     return None
+
+
+def _star_is_operator(out: list[Token], star: Token, nxt: Token | None, ahead: list[Token]) -> bool:
+    """`*` between operands multiplies, also when the left one has a unit (`60 meters * 3`)
+    or the right one is a named quantity (`(3/4)*number of novels`); markdown emphasis
+    (`**Answer:**`, `*note*`) has no operand on its left, or a closing star ahead."""
+    j = len(out)
+    while j > 0 and j > len(out) - 5 and _in_unit(out[j - 1], out[j - 2] if j > 1 else None):
+        j -= 1  # past a unit: "60 meters *", "15 teeth /", "60 km/hr *", "5 eggs per day *"
+    if j > 0 and j < len(out) and out[j - 1].kind in (REL, LP):
+        return _starts_operand(nxt)  # "= price * 3": a named quantity's words, then "*"
+    if j == 0 or not _ends_operand(out[j - 1]) or (j < len(out) and out[j - 1].kind == VAR):
+        return False
+    if _starts_operand(nxt):
+        return True
+    if nxt is None or nxt.kind != WORD or star.math != "*" or nxt.start != star.end:
+        return False
+    return not any(t.kind == OP and t.star for t in ahead)  # "(3/4)*number of novels"
+
+
+def _in_unit(t: Token, before: Token | None) -> bool:
+    if t.kind == WORD:
+        return True
+    # the "/" of "km/hr", tight between two words
+    return (
+        t.kind == OP
+        and t.math == "/"
+        and before is not None
+        and before.kind == WORD
+        and (before.end == t.start)
+    )
 
 
 def _ends_fraction(out: list[Token]) -> bool:
@@ -216,73 +248,3 @@ def _ranges(tokens: list[Token]) -> list[Token]:
         out.append(t)
         i += 1
     return out
-
-
-def _units_and_letters(tokens: list[Token]) -> list[Token]:
-    """Drop unit words (`5 apples + 3 apples`: a word run right after an operand, followed by
-    an operator, a relation or a closing parenthesis) and read single letters that stand
-    among words (`a`, `I`) as words, not variables."""
-    out: list[Token] = []
-    i, n = 0, len(tokens)
-    while i < n:
-        t = tokens[i]
-        if _is_unit(t) and out and _ends_operand(out[-1]) and out[-1].kind != VAR:
-            j = _unit_end(tokens, i + 1)
-            while j < n and j - i < 3 and _is_unit(tokens[j]):
-                j = _unit_end(tokens, j + 1)
-            follow = tokens[j] if j < n else None
-            if follow is not None and follow.kind in (OP, REL, RP, APPROX):
-                out[-1].unit = " ".join(x.math for x in tokens[i:j] if x.kind == WORD)
-                i = j  # a unit: "10 km + 5 km", "3 hours × 60"
-                continue
-        if t.kind == VAR and t.math not in _VAR_LETTERS and out and out[-1].kind == NUM:
-            nxt = tokens[i + 1] if i + 1 < n else None
-            if out[-1].end < t.start and (nxt is None or nxt.kind not in (NUM, LP, VAR)):
-                out[-1].unit = t.math
-                i = _unit_end(tokens, i + 1)  # "1600 m", "2.5 g", "28 km/h", "14.7 m²"
-                continue
-        if t.kind == OP and t.math == "/" and out and out[-1].kind == NUM and i + 1 < n:
-            rate = tokens[i + 1]  # "€2.35/kg": a price per unit, not a division
-            tight = out[-1].end == t.start and rate.start == t.end
-            if tight and _is_unit(rate) and len(rate.math) > 1:
-                out[-1].unit = f"/{rate.math}"
-                i += 2
-                continue
-        if t.kind == VAR:
-            prev = out[-1] if out else None
-            nxt = tokens[i + 1] if i + 1 < n else None
-            if _wordish(prev) and _wordish(nxt):
-                t = Token(WORD, t.math, t.start, t.end)
-        out.append(t)
-        i += 1
-    return out
-
-
-_VAR_LETTERS = frozenset("xyznabpqk")  # letters that are more often variables than units
-# Words that join a sentence, never a unit after a number ("-6 and -6 + 6 = 0").
-_FUNCTION_WORDS = frozenset(
-    "and or but so then thus hence is are was were be to the an which that because since for "  # noqa: SIM905
-    "if when while where as at by on in into we you it this these those gives get gets makes "
-    "equals yes no not also too now here there than plus minus times of per each with from "
-    "over under giving making leaving yields".split()
-)
-
-
-def _is_unit(t: Token) -> bool:
-    return t.kind == WORD and t.math.lower() not in _FUNCTION_WORDS
-
-
-def _unit_end(tokens: list[Token], j: int) -> int:
-    """Past a unit's tail: "²" / "^2" right after it, or "/h" ("km/h")."""
-    if j + 1 >= len(tokens) or tokens[j].kind != OP or tokens[j].start != tokens[j - 1].end:
-        return j
-    if tokens[j].math == "^":
-        return j + 2
-    tail = tokens[j + 1]
-    if tokens[j].math == "/" and tail.kind in (WORD, VAR) and tail.start == tokens[j].end:
-        return j + 2
-    return j
-
-
-def _wordish(t: Token | None) -> bool:
-    return t is None or t.kind in (WORD, BREAK, APPROX_WORD)

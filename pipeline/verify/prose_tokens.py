@@ -34,6 +34,7 @@ class Token:
     end: int
     star: bool = False  # an ASCII "*" or "**": multiplication, or markdown emphasis
     unit: str = ""  # a number's unit, when one was dropped after it ("4.2 GB = ...")
+    name: str = ""  # a VAR that stands for a named quantity's words ("number of novels")
 
 
 _TOKEN = re.compile(

@@ -14,7 +14,10 @@ CONTRADICTED = "contradicted"
 CONSISTENT = "consistent"
 NO_CLAIM = "no_claim"
 UNKNOWN = "unknown"
-VERDICTS = (ENTAILED, CONTRADICTED, CONSISTENT, NO_CLAIM, UNKNOWN)
+# A number found nowhere in the problem or the earlier steps (grounding.py): reported, never a
+# contradiction, so decode never backtracks on it.
+UNGROUNDED = "ungrounded"
+VERDICTS = (ENTAILED, CONTRADICTED, CONSISTENT, NO_CLAIM, UNKNOWN, UNGROUNDED)
 
 # Reasons that come with UNKNOWN (and prose's LIMIT, UNPARSEABLE).
 TIMEOUT = "timeout"
@@ -33,14 +36,18 @@ class ClaimVerdict:
     verdict: str
     reason: str = ""
     detail: str = ""
+    # How it was checked: arithmetic | identity | equation | solution (unknowns.py), binding
+    # (a quantity given two values, bindings.py), grounding (a number from nowhere).
+    kind: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class StepVerdict:
     """The verdict on one step; `detail` is short text for people.
 
-    A step is contradicted when any claim is, entailed when every claim was read and is
-    entailed, consistent when none is refuted and one is merely consistent, else unknown."""
+    A step is contradicted when any claim is; ungrounded when none is and one uses a number
+    found nowhere before; entailed when every claim was read and is entailed, consistent when
+    none is refuted and one is merely consistent, else unknown."""
 
     verdict: str
     reason: str = ""
@@ -59,6 +66,12 @@ def _unread(claim: FoundClaim) -> ClaimVerdict:
 
 def _step_verdict(results: tuple[ClaimVerdict, ...], n: int) -> StepVerdict:
     """One verdict for a step from its claims' (see StepVerdict)."""
+    if not results:
+        return StepVerdict(NO_CLAIM)
+    for want in (CONTRADICTED, UNGROUNDED):
+        hit = next((r for r in results if r.verdict == want), None)
+        if hit is not None:
+            return StepVerdict(want, "", hit.detail, n, results)
     for want in (CONTRADICTED, CONSISTENT):
         hit = next((r for r in results if r.verdict == want), None)
         if hit is not None and (

@@ -157,7 +157,7 @@ def test_no_z3_context_for_pure_arithmetic():
     for step in ("12 * 7 = 10 * 7 + 2 * 7 = 70 + 14 = 84", "Answer: 84"):
         checker.check(step)
         checker.accept(step)
-    assert checker._ctx is None
+    assert checker.state._ctx is None
 
 
 # ---- adversarial input -----------------------------------------------------------------------
@@ -385,5 +385,5 @@ def test_cached_checkers_share_one_z3_context():
     checker_mod.clear_cache()
     for i in range(3):
         check_step(f"Solve for x: {i + 2}x = {2 * (i + 2)}.", (), (), "x = 2")
-    contexts = {id(c._ctx) for c in checker_mod._cache.values()}
+    contexts = {id(c.state._ctx) for c in checker_mod._cache.values()}
     assert len(checker_mod._cache) == 3 and len(contexts) == 1 and None not in contexts

@@ -26,8 +26,10 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from pipeline.verify import prose
+from pipeline.verify.bindings import Bindings
 from pipeline.verify.claim_ast import expr_variables, holds
 from pipeline.verify.claims import (
     DEFAULT_LIMITS,
@@ -39,6 +41,7 @@ from pipeline.verify.claims import (
     extract_premises,
     variables,
 )
+from pipeline.verify.grounding import Grounding
 from pipeline.verify.prose import FoundClaim, find_claims, relations
 from pipeline.verify.state_solver import StateSolver
 from pipeline.verify.unknowns import (
@@ -66,6 +69,7 @@ from pipeline.verify.verdicts import (
     _short,
     _step_verdict,
     _unread,
+    number_text,
 )
 from pipeline.verify.z3_terms import _Undefined
 
@@ -113,6 +117,8 @@ class Checker:
         self.state = StateSolver(limits)
         self._premises_inconsistent = False
         self._init_state()
+        self.grounding = Grounding(problem, premises)
+        self.bindings = Bindings(problem)
 
     @property
     def num_dropped_claims(self) -> int:
@@ -162,6 +168,8 @@ class Checker:
         """
         self.num_accepted += 1
         try:
+            self.grounding.add(step)
+            self.bindings.accept(step, f"step {self.num_accepted}")
             found = find_claims(step, self.limits, self.answer_var)
             stated = [c for c in found if not c.alternative and c.relation is not None]
             symbolic = [
@@ -174,14 +182,20 @@ class Checker:
         except Exception:  # noqa: BLE001, S110 - an unreadable step adds nothing
             pass
 
+    def said(self, step: str) -> None:
+        """A step that stays in the text although it is not accepted (a contradicted step
+        `stepwise verify` reads on past): its numbers were stated, its claims are not known."""
+        self.grounding.add(step)
+
     # ---- internals ---------------------------------------------------------------------------
 
     def _check(self, step: str) -> StepVerdict:
         deadline = time.monotonic() + self.timeout_ms / 1000
         found = find_claims(step, self.limits, self.answer_var)
-        if not found:
+        conflicts = self.bindings.conflicts(step)
+        if not found and not conflicts:
             return StepVerdict(NO_CLAIM)
-        n = len(found)
+        n = len(found) + len(conflicts)
         kinds = self._kinds(step, found)
         results: list[ClaimVerdict] = []
         context: list[Relation] = []  # the step's earlier claims with variables, not refuted
@@ -214,6 +228,17 @@ class Checker:
             known = verdict.verdict != CONTRADICTED and not claim.alternative
             if known and variables([claim.relation]) and kind != IDENTITY:
                 context.append(claim.relation)
+        for i, value in self.grounding.ungrounded(step, found).items():
+            r = results[i]
+            if r.verdict in (ENTAILED, CONSISTENT):  # a false claim stays contradicted
+                detail = _short(f"{r.text}: {number_text(value)} is not in the problem or before")
+                results[i] = replace(r, verdict=UNGROUNDED, detail=detail)
+        for mine, old in conflicts:
+            detail = _short(f"{mine.text!r} gives {number_text(mine.value)}; {old.source} said "
+                            f"{number_text(old.value)}: {old.text!r}")  # fmt: skip
+            results.append(ClaimVerdict(mine.text, mine.span, CONTRADICTED, "", detail, "binding",
+                                        old.source, old.span))  # fmt: skip
+        results.sort(key=lambda r: r.span)
         return _step_verdict(tuple(results), n)
 
     def _kinds(self, step: str, found: tuple[FoundClaim, ...]) -> dict[FoundClaim, str]:

@@ -248,7 +248,8 @@ def _segment_claims(
         if bad is not None:
             out.append(FoundClaim(text, (s, e), None, bad[0], bad[1]))
             continue
-        lone = isinstance(pl, Num) and isinstance(pr, Num) and not _units_differ(left, right)
+        lone = isinstance(pl, Num) and isinstance(pr, Num)
+        lone = lone and not _units_differ(step, left, right)
         if op.math == "=" and not last and lone:
             continue  # a lone `3 = 12`: what a word leaves of a relation, not a computation
         converted = converted_relation(left, op.math, right, text, limits)
@@ -261,10 +262,16 @@ def _segment_claims(
     return out
 
 
-def _units_differ(left: list[Token], right: list[Token]) -> bool:
-    """`2 hours = 120 minutes`: one quantity in two units, a conversion we can check."""
+def _units_differ(step: str, left: list[Token], right: list[Token]) -> bool:
+    """`2 hours = 120 minutes`: one quantity in two units, a conversion we can check (not
+    `150 minutes = 2 hours 30 minutes`, whose right side goes on past its unit)."""
     units = [side[0].unit for side in (left, right) if len(side) == 1 and side[0].kind == NUM]
-    return len(units) == 2 and all(units) and units[0] != units[1]
+    if len(units) != 2 or not all(units) or units[0] == units[1]:
+        return False
+    return not _GOES_ON.match(step, right[-1].end)
+
+
+_GOES_ON = re.compile(r"\s*[A-Za-z]+\s*(?:and\s+)?[0-9]")
 
 
 def clear_cache() -> None:

@@ -2,8 +2,10 @@
 
 * identity — a rewrite of an expression (`(5/8)*(7/10)*x = (35/40)*x`, `2x + 3x = 5x`): it must
   hold for every value of its unknowns, whatever is known. Both sides have the same unknowns
-  and neither has a constant term (or a word like "simplify" or "combine" says so).
-  `(5/8)*(7/10)*x = (35/40)*x` is false: it holds only for x = 0, which is not what it says.
+  and neither has a constant term: `(5/8)*(7/10)*x = (35/40)*x` is false, it holds only for
+  x = 0, which is not what it says. (Words like "simplify" or "expand" are no sign: `Expand:
+  5x - 10 = 3x + 4` is an equation whose sides were expanded. A false rewrite with a constant
+  term, `2(x + 3) = 2x + 5`, has no solution as an equation, so it is refuted all the same.)
 * solution — one unknown given a value (`x = 20`) when the constraints in force say something
   about it: it must follow from them.
 * equation — any other claim with unknowns (`54 - x = 34`, `9 = (3/4)*number of novels`): a
@@ -17,7 +19,6 @@ is a proof) and proved by Z3 (state_solver.holds_for_all).
 
 from __future__ import annotations
 
-import re
 from fractions import Fraction
 
 from pipeline.verify.claim_ast import (
@@ -36,11 +37,6 @@ from pipeline.verify.claim_ast import (
 ARITHMETIC, IDENTITY, EQUATION, SOLUTION = "arithmetic", "identity", "equation", "solution"
 KINDS = (ARITHMETIC, IDENTITY, EQUATION, SOLUTION)
 
-_REWRITE_CUE = re.compile(
-    r"\b(?:simplif\w*|combin\w*|expand\w*|factor\w*|rewrit\w*|distribut\w*|collect\w*|"
-    r"like\s+terms)\b",
-    re.IGNORECASE,
-)
 # Points where an identity's sides are compared (each unknown its own, none a common root).
 _POINTS = (Fraction(7, 3), Fraction(-5, 2), Fraction(11, 7), Fraction(13, 5), Fraction(-3, 11))
 
@@ -54,7 +50,7 @@ def claim_kind(rel: Relation, before: str, constrained: set[str]) -> str:
     if rel.op == "=" and _lone_value(rel):
         (name,) = left | right
         return SOLUTION if name in constrained else EQUATION
-    if rel.op == "=" and left == right and (_homogeneous(rel) or _REWRITE_CUE.search(before)):
+    if rel.op == "=" and left == right and _homogeneous(rel):
         return IDENTITY
     return EQUATION
 

@@ -36,9 +36,12 @@ class ClaimVerdict:
     verdict: str
     reason: str = ""
     detail: str = ""
-    # How it was checked: arithmetic | identity | equation | solution (unknowns.py), binding
-    # (a quantity given two values, bindings.py), grounding (a number from nowhere).
+    # How it was checked: arithmetic | identity | equation | solution (unknowns.py), or binding
+    # (a quantity given a second value, bindings.py).
     kind: str = ""
+    # A binding's other statement: where ("the problem", "step 2") and its span there.
+    earlier_source: str = ""
+    earlier_span: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +61,15 @@ class StepVerdict:
 
 def _short(text: str) -> str:
     return text if len(text) <= _MAX_DETAIL else text[: _MAX_DETAIL - 3] + "..."
+
+
+def number_text(value: Fraction) -> str:
+    """`16`, `22.5`, `1/3` as people write them."""
+    if value.denominator == 1:
+        return str(value.numerator)
+    if 10**6 % value.denominator == 0:
+        return f"{float(value):g}"
+    return str(value)
 
 
 def _unread(claim: FoundClaim) -> ClaimVerdict:

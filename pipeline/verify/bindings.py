@@ -25,7 +25,7 @@ _CHANGE = frozenset(
     "now left after more less fewer another other others remaining remain remains rest new "  # noqa: SIM905
     "total altogether together combined all each every per additional extra still again "
     "if would could should suppose assume assuming say instead then next later first second "
-    "third last before initially originally now finally than of up down off back # x answer "
+    "third last before initially originally now finally than off # x answer "
     "answers result results".split()
 )
 _SMALL = frozenset(
@@ -47,6 +47,8 @@ class Binding:
 def name_of(q: Quantity) -> tuple[str, ...] | None:
     """The words that name `q`'s quantity (with its unit), or None when they say too little."""
     words = q.context[-NAME_WORDS:]
+    if not q.unit:  # "since the number following the 1 is 5": a digit named, not a quantity
+        return None
     if len(words) < MIN_NAME_WORDS or any(w in _CHANGE for w in q.context):
         return None
     if not any(len(w) >= 4 and w not in _SMALL for w in words):
@@ -102,18 +104,21 @@ _RATE = re.compile(r"\s*(?:[A-Za-z]+\s+){0,2}?(?:per|each|every|an?)\b", re.IGNO
 
 
 def _computed(text: str, span: tuple[int, int]) -> bool:
-    """The number's clause computes (`=`, `<<...>>`, an operator next to the number)."""
+    """The number's clause computes (`=`, `<<...>>`, an operator next to the number or to its
+    unit: `5 tasks * $2.00 each`)."""
     start = _clause_start(text, span[0])
-    ends = [i for i in (text.find(c, span[1]) for c in ".;!?\n") if i >= 0]
-    clause = text[start : min(ends, default=len(text))]
+    end = _SENTENCE_END.search(text, span[1], span[1] + _WINDOW)
+    clause = text[start : end.start() if end else span[1] + _WINDOW]
     if any(c in clause for c in "=<>"):
         return True
     before = text[max(0, span[0] - 3) : span[0]].rstrip("$€£ ")
-    after = text[span[1] : span[1] + 3].lstrip()
+    after = _UNIT_WORD.sub("", text[span[1] : span[1] + 40], count=1).lstrip()
     return before[-1:] in _OPERATORS or after[:1] in _OPERATORS
 
 
 _OPERATORS = frozenset("+-*/×÷x^")
+_SENTENCE_END = re.compile(r"[.;!?](?!\d)|\n")
+_UNIT_WORD = re.compile(r"^\s*[A-Za-z]+")
 
 
 def _binding(text: str, q: Quantity, source: str) -> Binding:
@@ -126,6 +131,10 @@ def _binding(text: str, q: Quantity, source: str) -> Binding:
 
 
 def _clause_start(text: str, at: int) -> int:
-    cut = max(text.rfind(c, 0, at) for c in ".;:!?\n")
-    comma = text.rfind(", ", 0, at)
-    return max(cut, comma) + 1
+    lo = max(0, at - _WINDOW)  # a clause is short: looking further back costs, finds nothing
+    cut = max(text.rfind(c, lo, at) for c in ".;:!?\n")
+    comma = text.rfind(", ", lo, at)
+    return max(cut, comma, lo - 1) + 1
+
+
+_WINDOW = 200  # characters either side of a number that its clause may span

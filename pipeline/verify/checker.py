@@ -29,6 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from pipeline.verify import prose
+from pipeline.verify.as_meant import as_meant
 from pipeline.verify.bindings import Bindings
 from pipeline.verify.claim_ast import expr_variables, holds
 from pipeline.verify.claims import (
@@ -65,7 +66,6 @@ from pipeline.verify.verdicts import (
     VERDICTS,
     ClaimVerdict,
     StepVerdict,
-    _rounded,
     _short,
     _step_verdict,
     _unread,
@@ -192,7 +192,7 @@ class Checker:
     def _check(self, step: str) -> StepVerdict:
         deadline = time.monotonic() + self.timeout_ms / 1000
         found = find_claims(step, self.limits, self.answer_var)
-        conflicts = self.bindings.conflicts(step)
+        conflicts = self.bindings.conflicts(step) if len(step) <= self.limits.max_step_chars else []
         if not found and not conflicts:
             return StepVerdict(NO_CLAIM)
         n = len(found) + len(conflicts)
@@ -211,7 +211,8 @@ class Checker:
                 verdict = StepVerdict(ENTAILED)
             else:
                 given = [] if claim.alternative else context
-                verdict = self._check_claim(claim, kind, given, deadline)
+                after = step[claim.span[1] : claim.span[1] + 80]
+                verdict = self._check_claim(claim, kind, given, deadline, after)
                 if (
                     claim.alternative
                     and verdict.verdict == CONTRADICTED
@@ -271,13 +272,13 @@ class Checker:
         return set(stated) if together.verdict == ENTAILED else set()
 
     def _check_claim(
-        self, claim: FoundClaim, kind: str, context: list[Relation], deadline: float
+        self, claim: FoundClaim, kind: str, context: list[Relation], deadline: float, after: str
     ) -> StepVerdict:
         rel = claim.relation
         assert rel is not None
         if kind == IDENTITY:
             return self._check_identity(rel, deadline)
-        verdict = self._check_relation(rel, context, deadline, kind == ARITHMETIC)
+        verdict = self._check_relation(rel, context, deadline, kind == ARITHMETIC, after)
         if verdict.verdict == CONTRADICTED and claim.converted is not None:
             # "75 cents * 4 = 3 dollars": false as written, true with its units converted.
             other = self._check_relation(claim.converted, context, deadline, kind == ARITHMETIC)
@@ -302,7 +303,7 @@ class Checker:
         return StepVerdict(CONTRADICTED, "", _short(f"{rel.text} is not an identity"))
 
     def _check_relation(
-        self, rel: Relation, context: list[Relation], deadline: float, ground: bool
+        self, rel: Relation, context: list[Relation], deadline: float, ground: bool, after: str = ""
     ) -> StepVerdict:
         try:
             value = self._ground_value(rel) if ground else None
@@ -316,8 +317,8 @@ class Checker:
             return self.state.unknown_state(deadline, 1)
         if value:
             return StepVerdict(ENTAILED)
-        if _rounded(rel, self.limits):
-            return StepVerdict(CONSISTENT, "", _short(f"{rel.text} holds when rounded"))
+        if meant := as_meant(rel, after, self.limits):  # "10 / 3 = 3.33", "100 - 5 = 95%"
+            return StepVerdict(CONSISTENT, "", _short(f"{rel.text}: {meant}"))
         return StepVerdict(CONTRADICTED, "", _short(f"{rel.text} is false"))
 
     def _ground_value(self, rel: Relation) -> bool | None:

@@ -43,25 +43,25 @@ class Grounding:
     """The numbers a job has stated so far, and which of a step's operands are new."""
 
     def __init__(self, problem: str = "", premises: Iterable[str] = ()) -> None:
-        self.known: set[Fraction] = set(CONSTANTS)
+        self.stated: set[Fraction] = set()  # what the texts say (the constants apart)
         self.add(problem)
         # Without a problem that gives numbers (a bare "check this" job, premises alone)
         # there is nothing to ground in: every number would be ungrounded.
-        self.active = len(self.known) > len(CONSTANTS)
+        self.active = bool(self.stated)
         for text in premises:
             self.add(text)
 
     def add(self, text: str) -> None:
         """Everything `text` states counts as given from now on."""
         for q in quantities(text):
-            self.known.update(q.values)
+            self.stated.update(q.values)
 
     def ungrounded(self, step: str, found: tuple[FoundClaim, ...]) -> dict[int, Fraction]:
         """Claim index -> its first operand that is not grounded, for the stated claims of
         `step` (alternatives and unreadable claims are not asked about)."""
-        if not self.active:
+        if not self.active or not found:
             return {}
-        allowed = set(self.known)
+        allowed = set(self.stated)
         spans = [c.span for c in found]
         for q in quantities(step):
             in_words = not step[q.span[0]].isdigit()  # "a fifth of 210", "half", "dozen"
@@ -87,14 +87,14 @@ class Grounding:
         return out
 
     def _grounded(self, n: Fraction, allowed: set[Fraction]) -> bool:
-        """Given, or a given number's percentage, fraction or complement: `0.2` after "20%" or
-        "twenty cents", `1.5` after "50% more", `1.04` after "4% interest", `60` after "40%
-        are boys"."""
+        """A constant; given; or a given number's percentage, fraction or complement: `0.2`
+        after "20%" or "twenty cents", `1.5` after "50% more", `1.04` after "4% interest",
+        `60` after "40% are boys" (never a constant's: 93 is not 100 - 7)."""
+        if n in CONSTANTS or n in allowed or -n in allowed:
+            return True
         return any(
             m in allowed
             for m in (
-                n,
-                -n,
                 n * 100,
                 n / 100,
                 1 - n,

@@ -48,6 +48,7 @@ from pipeline.verify.prose_tokens import (
     LP,
     NONARITH,
     NUM,
+    OP,
     REL,
     RP,
     VAR,
@@ -121,6 +122,9 @@ _HYPOTHESIS = re.compile(
 )
 
 
+_THEN = re.compile(r"^[^.;!?\n]*\bthen\b[^.;!?\n]*$", re.IGNORECASE)
+
+
 def _mark_alternatives(step: str, found: list[FoundClaim]) -> list[FoundClaim]:
     """Claims joined by "or" are alternatives, and claims being tried are hypotheses: checked
     on their own, neither is asserted."""
@@ -132,6 +136,8 @@ def _mark_alternatives(step: str, found: list[FoundClaim]) -> list[FoundClaim]:
         before = step[found[i - 1].span[1] if i else 0 : c.span[0]]
         if c.relation is not None and variables([c.relation]) and _HYPOTHESIS.search(before):
             marked[i] = True
+        elif i and marked[i - 1] and _THEN.search(before):
+            marked[i] = True  # "if 100 + 100x = 120 then x = .2": what the supposition gives
     if not any(marked):
         return found
     return [replace(c, alternative=m) if m else c for c, m in zip(found, marked, strict=True)]
@@ -175,20 +181,54 @@ def _segments(tokens: list[Token]):
     cut_before = False
     for i, t in enumerate(tokens):
         if t.kind in (WORD, APPROX_WORD, BREAK):
-            if seg:
-                follows = tokens[i + 1] if i + 1 < len(tokens) else None
-                yield seg, cut_before, _cuts_after(t, follows)
-            cut_before = t.kind == APPROX_WORD or (
-                t.kind == WORD and t.math.lower() in CONNECTORS and _open_operand(seg or window)
+            follows = tokens[i + 1] if i + 1 < len(tokens) else None
+            # "240 – (40 + 84) = 124" read past a dash: the relation's side was cut
+            dash = (
+                t.kind == BREAK
+                and t.math in _DASHES
+                and follows is not None
+                and (follows.kind in (NUM, LP, VAR))
             )
+            if seg:
+                yield seg, cut_before, dash or _cuts_after(t, follows)
+            # A word after a computation left open ("20 + 10 decorations to the 29 + 24 = 83")
+            # may join it to what follows: the next relation's left side is not all there.
+            cut_before = t.kind == APPROX_WORD or (
+                t.kind == WORD
+                and _open_operand(seg or window)
+                and (t.math.lower() in CONNECTORS or _computes(seg or window))
+            )
+            if t.kind == WORD and t.math.lower() in _LABELS and follows is not None:
+                cut_before = cut_before or follows.kind == NUM  # "section 2 = x + 200"
             if t.kind == BREAK:
-                window, cut_before = [], False
+                window, cut_before = [], dash
             seg = []
             continue
+        if not seg and _cut_operator(tokens, i):
+            cut_before = True  # "10 cows on the boat - 6 drowned = 4": the left operand is prose
         seg.append(t)
         window.append(t)
     if seg:
         yield seg, cut_before, False
+
+
+def _cut_operator(tokens: list[Token], i: int) -> bool:
+    """A spaced `-`/`+` that opens a run right after a word: a binary operator whose left
+    operand was written in words, not a sign."""
+    t = tokens[i]
+    if t.kind != OP or t.math not in "+-" or i == 0 or tokens[i - 1].kind != WORD:
+        return False
+    return i + 1 < len(tokens) and tokens[i + 1].start > t.end
+
+
+_DASHES = frozenset({"–", "—"})
+# Nouns a number after labels rather than counts: "section 2 = x + 200" is not 2 = x + 200.
+_LABELS = frozenset(
+    "section step day week month year level part case option room floor row grade group "  # noqa: SIM905
+    "team box bag page chapter remaining number no question problem round game shelf tank "
+    "plan stage phase trip store class method person friend child kid student player worker "
+    "machine truck car house line item".split()
+)
 
 
 def _open_operand(tokens: list[Token]) -> bool:
@@ -197,6 +237,10 @@ def _open_operand(tokens: list[Token]) -> bool:
     if not tokens or any(t.kind in (REL, APPROX) for t in tokens):
         return False
     return tokens[-1].kind in (NUM, VAR, RP) or tokens[-1].math == "%"
+
+
+def _computes(tokens: list[Token]) -> bool:
+    return any(t.kind == OP and t.math not in ("%", "^") for t in tokens)
 
 
 def _cuts_after(word: Token, follows: Token | None) -> bool:

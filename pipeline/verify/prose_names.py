@@ -34,9 +34,9 @@ def named_quantities(tokens: list[Token]) -> list[Token]:
     while i < n:
         t = tokens[i]
         if t.kind == WORD and t.math.lower() not in _NOT_FIRST:
-            j = i
-            while j < n and tokens[j].kind == WORD and j - i < MAX_NAME_WORDS + 1:
-                j += 1
+            j = i + 1
+            while j < n and tokens[j].kind in (WORD, VAR) and j - i < MAX_NAME_WORDS + 1:
+                j += 1  # "Class C": a letter may name too, after a word
             follow = tokens[j] if j < n else None
             if j - i <= MAX_NAME_WORDS and _operand_place(out, follow):
                 name = " ".join(w.math.lower() for w in tokens[i:j])

@@ -58,7 +58,9 @@ def rewrite(tokens: list[Token]) -> list[Token]:
             continue  # "*" / "**" between operands multiplies / raises; else it is emphasis
         if t.kind == OP and t.math == "–":
             ranged = _adjacent(prev, t) and _adjacent(t, nxt) and prev.kind == nxt.kind == NUM
-            out.append(Token(NONARITH if ranged else BREAK, "–", t.start, t.end))
+            minus = not ranged and _dash_is_minus(out, nxt)
+            kind = OP if minus else NONARITH if ranged else BREAK
+            out.append(Token(kind, "-" if minus else "–", t.start, t.end))
             continue
         if t.kind in (WORD, VAR):
             meant = _word_meaning(t, prev, nxt, out)
@@ -83,10 +85,10 @@ def _word_meaning(
 ) -> list[Token] | None:
     """What a word or letter stands for among math tokens; None: itself."""
     word = t.math.lower()
-    if t.kind == VAR and word == "x" and _ends_operand(prev, allow_var=False) and nxt is not None:
+    if t.kind == VAR and word == "x" and nxt is not None and _x_after_operand(out):
         spaced = prev is not None and prev.end < t.start
         if nxt.kind == NUM or (nxt.kind == LP and spaced):
-            return [Token(OP, "*", t.start, t.end)]  # "0.2 x 50": times
+            return [Token(OP, "*", t.start, t.end)]  # "0.2 x 50", "200 balls x (20 / 100)"
     if t.kind == WORD and word in WORD_OPS and _ends_operand(prev) and _starts_operand(nxt):
         return [Token(OP, WORD_OPS[word], t.start, t.end)]  # "5 plus 3 = 8"
     if word == "of" and _starts_operand(nxt) and _ends_fraction(out):
@@ -116,9 +118,37 @@ def _star_is_operator(out: list[Token], star: Token, nxt: Token | None, ahead: l
         return False
     if _starts_operand(nxt):
         return True
-    if nxt is None or nxt.kind != WORD or star.math != "*" or nxt.start != star.end:
+    # "(3/4)*number", "(2/3)* amount", "1/3 * Class C": never markdown's "*word*"
+    spaced = nxt is not None and out[-1].end < star.start and nxt.start > star.end
+    tight = nxt is not None and (nxt.start == star.end or out[-1].kind == RP or spaced)
+    if nxt is None or nxt.kind != WORD or star.math != "*" or not tight:
         return False
     return not any(t.kind == OP and t.star for t in ahead)  # "(3/4)*number of novels"
+
+
+def _x_after_operand(out: list[Token]) -> bool:
+    """A number before `x`, maybe with its unit between (`200 basketballs x (20 / 100)`)."""
+    j = len(out)
+    while j > 0 and j > len(out) - 3 and out[j - 1].kind == WORD:
+        j -= 1
+    if j == 0 or not _ends_operand(out[j - 1], allow_var=False):
+        return False
+    return j == len(out) or out[j - 1].kind == NUM
+
+
+def _dash_is_minus(out: list[Token], nxt: Token | None) -> bool:
+    """An en dash between operands subtracts inside a computation under way (`x = 304 – 180`,
+    `2x + 180 – x = 304`, `240 students – (40 + 84)`); elsewhere it is a dash or a range."""
+    if not _starts_operand(nxt):
+        return False
+    if nxt is not None and nxt.kind == LP:
+        return bool(out) and _ends_operand(out[-1]) or _in_unit(out[-1], None)
+    for t in reversed(out):
+        if t.kind in (REL,) or (t.kind == OP and t.math not in ("%", "–")):
+            return True
+        if t.kind == BREAK:
+            return False
+    return False
 
 
 def _in_unit(t: Token, before: Token | None) -> bool:
@@ -207,19 +237,71 @@ def _braces(tokens: list[Token]) -> list[Token]:
 
 
 def _mixed_numbers(tokens: list[Token]) -> list[Token]:
-    """`4 1/2` is 4 + 1/2 (a whole number, a space, a proper fraction)."""
+    """`4 1/2` is (4 + 1/2) (a whole number, a space, a proper fraction): one number, so
+    `1 1/2 / 1/2` is 3."""
     out: list[Token] = []
-    for i, t in enumerate(tokens):
+    i, n = 0, len(tokens)
+    while i < n:
+        t = tokens[i]
+        if t.kind == NUM and "." not in t.math and i + 3 < n:
+            a, slash, b = tokens[i + 1 : i + 4]
+            mixed = a.kind == b.kind == NUM and slash.math == "/" and a.start > t.end
+            tight = mixed and a.end == slash.start and slash.end == b.start
+            if tight and "." not in a.math + b.math and int(a.math) < int(b.math):
+                out += [Token(LP, "(", t.start, t.start), t, Token(OP, "+", t.end, a.start),
+                        a, slash, b, Token(RP, ")", b.end, b.end)]  # fmt: skip
+                i += 4
+                continue
+        if t.kind == NUM and out and out[-1].kind == REL and (k := _and_fraction_len(tokens, i)):
+            # "17/3 = 5 and 2/3 loads", "100 / 6= 16 and (2/3)": a mixed number in words
+            frac = tokens[i + 2 : i + 1 + k]
+            out += [Token(LP, "(", t.start, t.start), t, Token(OP, "+", t.end, frac[0].start),
+                    *frac, Token(RP, ")", frac[-1].end, frac[-1].end)]  # fmt: skip
+            i += 1 + k
+            continue
+        if (
+            t.kind == NUM
+            and out
+            and out[-1].math == "/"
+            and i + 2 < n
+            and _tight_fraction(tokens[i : i + 3])
+        ):
+            # "1 1/2 / 1/2": a fraction written tight after a division is one divisor
+            out += [Token(LP, "(", t.start, t.start), *tokens[i : i + 3],
+                    Token(RP, ")", tokens[i + 2].end, tokens[i + 2].end)]  # fmt: skip
+            i += 3
+            continue
         out.append(t)
-        if t.kind != NUM or "." in t.math or i + 3 >= len(tokens):
-            continue
-        a, slash, b = tokens[i + 1 : i + 4]
-        if a.kind != NUM or b.kind != NUM or slash.math != "/" or a.start == t.end:
-            continue
-        tight = a.end == slash.start and slash.end == b.start
-        if tight and "." not in a.math + b.math and int(a.math) < int(b.math):
-            out.append(Token(OP, "+", t.end, a.start))
+        i += 1
     return out
+
+
+def _and_fraction(four: list[Token]) -> bool:
+    """`and 2/3` (a proper fraction, after the whole number of a mixed one)."""
+    if len(four) != 4:
+        return False
+    word, *frac = four
+    if word.kind != WORD or word.math.lower() != "and" or not _tight_fraction(frac):
+        return False
+    return int(frac[0].math) < int(frac[2].math)
+
+
+def _and_fraction_len(tokens: list[Token], i: int) -> int:
+    """How many tokens after `tokens[i]` make `and 2/3` or `and (2/3)`; 0 for none."""
+    if _and_fraction(tokens[i + 1 : i + 5]):
+        return 4
+    bracketed = i + 6 < len(tokens) and tokens[i + 2].kind == LP and tokens[i + 6].kind == RP
+    if bracketed and _and_fraction([tokens[i + 1], *tokens[i + 3 : i + 6]]):
+        return 6
+    return 0
+
+
+def _tight_fraction(three: list[Token]) -> bool:
+    a, slash, b = three
+    return (
+        a.kind == b.kind == NUM and slash.math == "/" and a.end == slash.start
+        and slash.end == b.start and "." not in a.math + b.math
+    )  # fmt: skip
 
 
 def _ranges(tokens: list[Token]) -> list[Token]:

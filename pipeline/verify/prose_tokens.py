@@ -35,6 +35,7 @@ class Token:
     star: bool = False  # an ASCII "*" or "**": multiplication, or markdown emphasis
     unit: str = ""  # a number's unit, when one was dropped after it ("4.2 GB = ...")
     name: str = ""  # a VAR that stands for a named quantity's words ("number of novels")
+    dollars: bool = False  # a number written after "$" ("$1 / 2 = 50 cents": dollars, cents)
 
 
 _TOKEN = re.compile(
@@ -132,10 +133,12 @@ def tokenize(text: str, max_digits: int) -> list[Token]:
             continue
         if kind == "num":
             digits = v.replace(",", "")
-            if len(digits) - ("." in digits) > max_digits:
+            if len(digits) > 1 and digits[0] == "0" and "." not in digits:
+                add(Token(NONARITH, v, s, e))  # "0130 hours", "007": a code or a clock time
+            elif len(digits) - ("." in digits) > max_digits:
                 add(Token(UNSUP, "limit", s, e))
             else:
-                add(Token(NUM, digits, s, e))
+                add(Token(NUM, digits, s, e, dollars=s > 0 and text[s - 1] == "$"))
         elif kind == "word":
             add(Token(VAR if len(v) == 1 else WORD, v, s, e))
         elif kind == "sup":  # "10²" is 10^2 (and "m²" a unit: see _units_and_letters)

@@ -45,6 +45,7 @@ def units_and_letters(tokens: list[Token]) -> list[Token]:
     ends a relation's side (`= 160 minutes`, words kept), and read single letters that stand
     among words (`a`, `I`) as words, not variables."""
     out: list[Token] = []
+    operands = _operand_letters(tokens)
     i, n = 0, len(tokens)
     while i < n:
         t = tokens[i]
@@ -55,9 +56,10 @@ def units_and_letters(tokens: list[Token]) -> list[Token]:
                 out[-1].unit = _unit_text(tokens[i:j])
                 i = j  # a unit: "10 km + 5 km", "3 hours × 60", "16 eggs per day * 7"
                 continue
-            if out[-1].kind == NUM and _ends_side(out):
-                out[-1].unit = _unit_text(tokens[i:j])  # "= 160 minutes": the words stay
-        if t.kind == VAR and t.math not in _VAR_LETTERS and out and out[-1].kind == NUM:
+            if out[-1].kind == NUM and _ends_side(out):  # "= 160 minutes": the words stay
+                out[-1].unit = _unit_text(tokens[i : _unit_end(tokens, i + 1)])
+        letter = t.kind == VAR and t.math not in _VAR_LETTERS and t.math not in operands
+        if letter and out and out[-1].kind == NUM:
             nxt = tokens[i + 1] if i + 1 < n else None
             if out[-1].end < t.start and (nxt is None or nxt.kind not in (NUM, LP, VAR)):
                 j = _unit_end(tokens, i + 1)
@@ -78,6 +80,19 @@ def units_and_letters(tokens: list[Token]) -> list[Token]:
                 t = Token(WORD, t.math, t.start, t.end)
         out.append(t)
         i += 1
+    return out
+
+
+def _operand_letters(tokens: list[Token]) -> set[str]:
+    """Letters an operator touches somewhere in the text: variables (`4*W × W = 4 W^2`), never
+    a unit after a number (`1 M&M = 36 M&Ms` keeps its unit)."""
+    out = set()
+    for i, t in enumerate(tokens):
+        if t.kind != VAR:
+            continue
+        near = [tokens[j] for j in (i - 1, i + 1) if 0 <= j < len(tokens)]
+        if any(x.kind == OP and x.math != "/" for x in near):
+            out.add(t.math)
     return out
 
 
@@ -179,15 +194,16 @@ def unit_scale(unit: str) -> tuple[str, Fraction] | None:
 
 def converted_texts(sides: list[list[Token]]) -> list[str] | None:
     """Each side's arithmetic with every quantity in its dimension's base unit, when a relation
-    mixes units of one dimension at different scales (`1 hour + 30 minutes = 90 minutes`); None
-    when there is nothing to convert, or units of another kind are mixed in."""
+    mixes units of one dimension at different scales (`1 hour + 30 minutes = 90 minutes`, `$1 /
+    2 = 50 cents`); None when there is nothing to convert, or units of another kind are mixed
+    in. (A number after `$` counts as dollars here only: in LaTeX `$` opens math.)"""
     scales = set()
     dims = set()
     for side in sides:
         for t in side:
-            if t.kind != NUM or not t.unit:
+            if t.kind != NUM or not (t.unit or t.dollars):
                 continue
-            known = unit_scale(t.unit)
+            known = unit_scale(t.unit or "dollars")
             if known is None:
                 return None
             dims.add(known[0])
@@ -198,7 +214,8 @@ def converted_texts(sides: list[list[Token]]) -> list[str] | None:
     for side in sides:
         parts = []
         for t in side:
-            known = unit_scale(t.unit) if t.kind == NUM and t.unit else None
+            money = t.kind == NUM and (t.unit or t.dollars)
+            known = unit_scale(t.unit or "dollars") if money else None
             if known is None:
                 parts.append(t.math)
             else:

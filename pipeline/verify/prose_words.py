@@ -49,6 +49,11 @@ def _number_words(tokens: list[Token]) -> list[Token]:
 
 def words_to_math(tokens: list[Token]) -> list[Token]:
     tokens = _number_words(tokens)
+    # "3 dozen cookies - 2 dozen = 1 dozen": dozens counted on one side are counted on all
+    in_dozens = any(
+        _w(t) == "dozen" and i > 1 and tokens[i - 1].kind == NUM and tokens[i - 2].kind == REL
+        for i, t in enumerate(tokens)
+    )
     out: list[Token] = []
     i, n = 0, len(tokens)
     while i < n:
@@ -74,7 +79,16 @@ def words_to_math(tokens: list[Token]) -> list[Token]:
             out += _synthetic([(NUM, str(_TIMES_OF[w])), (OP, "*")], t.start, t.end)
             i += 1
             continue
-        # "4 dozen" -> 4 * 12; "a dozen" -> 12
+        # "4 dozen" -> 4 * 12; "a dozen" -> 12; but "84/12 = 7 dozen", "4 dozen * 12 = 48":
+        # a count of dozens, its unit (a result, or converted by the 12 that follows)
+        if w == "dozen" and (in_dozens or _counts_dozens(out, tokens[i + 1 : i + 5])):
+            out.append(t)
+            i += 1
+            continue
+        if w == "dozen" and out and out[-1].kind == OP and out[-1].math == "/":
+            out.append(t)  # "12 eggs/dozen": a rate's unit
+            i += 1
+            continue
         if w == "dozen":
             if out and out[-1].kind == NUM:
                 out += _synthetic([(OP, "*"), (NUM, "12")], t.start, t.end)
@@ -122,6 +136,21 @@ def words_to_math(tokens: list[Token]) -> list[Token]:
     return out
 
 
+def _counts_dozens(out: list[Token], ahead: list[Token]) -> bool:
+    if not out or out[-1].kind != NUM:
+        return False
+    if len(out) > 1 and out[-2].kind == REL:
+        return True  # "= 7 dozen": the result, in dozens
+    return any(t.kind == NUM and t.math == "12" for t in ahead)  # "4 dozen eggs * 12 = 48"
+
+
+def _proper_fraction(seg: list[Token]) -> bool:
+    """`2/5` and nothing else."""
+    if len(seg) != 3 or seg[1].math != "/" or not seg[0].kind == seg[2].kind == NUM:
+        return False
+    return "." not in seg[0].math + seg[2].math and int(seg[0].math) < int(seg[2].math)
+
+
 def _num(t: Token | None) -> bool:
     return t is not None and t.kind in (NUM, LP)
 
@@ -140,6 +169,9 @@ def _computation_before(out: list[Token]) -> bool:
         if t.kind in (WORD, BREAK):
             break
         seg.append(t)
-    # ("7% is ..." states a share, not a computation: `%` alone does not count.)
+    # ("7% is ..." states a share, not a computation: `%` alone does not count; nor does a
+    # proper fraction alone: "2/5 is equal to 12.8 hectares" is a share of something.)
+    if _proper_fraction(seg[::-1]):
+        return False
     binary = any(t.kind == OP and t.math != "%" for t in seg)
     return binary and not any(t.kind == REL for t in seg)

@@ -88,13 +88,13 @@ def counterexample(rel: Relation, limits: ClaimLimits) -> dict[str, Fraction] | 
 
 
 def nearly(rel: Relation, values: dict[str, Fraction], limits: ClaimLimits) -> bool:
-    """The sides differ by under 1% at `values`: a coefficient written rounded
+    """The sides differ by under 2% at `values`: a coefficient written rounded
     (`(1/3)x = 0.33x`), not a false rewrite."""
     try:
         lhs, rhs = at(rel.lhs, values, limits), at(rel.rhs, values, limits)
     except (ClaimError, ZeroDivisionError):
         return False
-    return abs(lhs - rhs) * 100 < max(abs(lhs), abs(rhs))
+    return abs(lhs - rhs) * 50 < max(abs(lhs), abs(rhs))
 
 
 def at(expr: Expr, values: dict[str, Fraction], limits: ClaimLimits | None = None) -> Fraction:

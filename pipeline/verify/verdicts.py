@@ -1,12 +1,11 @@
 """A check's verdicts: the values, a claim's and a step's record, and how a step's verdict
-follows from its claims' (a rounded decimal is read as meant)."""
+follows from its claims'."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from pipeline.verify.claims import ClaimLimits, Num, Relation, evaluate
 from pipeline.verify.prose import FoundClaim  # the reasons prose gives
 
 ENTAILED = "entailed"
@@ -94,28 +93,3 @@ def _step_verdict(results: tuple[ClaimVerdict, ...], n: int) -> StepVerdict:
         return StepVerdict(ENTAILED, "", "", n, results)
     first = next(r for r in results if r.verdict not in (ENTAILED, CONSISTENT))
     return StepVerdict(UNKNOWN, first.reason, first.detail, n, results)
-
-
-def _rounded(rel: Relation, limits: ClaimLimits) -> bool:
-    """`10 / 3 = 3.33`: a decimal written to k places that the exact value rounds (or cuts)
-    to, where no k-place decimal is exact. Models write such steps meaning "about"; a
-    contradiction would roll back a right step. Never true for an exactly representable
-    value written wrong (`10 / 4 = 2.6` stays false)."""
-    if rel.op != "=" or not isinstance(rel.rhs, Num) or "." not in rel.text.rsplit("=", 1)[-1]:
-        return False
-    written = rel.text.rsplit("=", 1)[-1].strip().rstrip(".")
-    places = len(written.rsplit(".", 1)[-1]) if "." in written else 0
-    if places == 0 or not written.replace(".", "", 1).replace(",", "").lstrip("-").isdigit():
-        return False
-    exact = evaluate(rel.lhs, limits)
-    if exact is None:
-        return False
-    scaled = exact * 10**places
-    if scaled.denominator == 1:  # representable at that precision: no excuse
-        return False
-    magnitude = abs(scaled)
-    cut = magnitude.numerator // magnitude.denominator  # truncated (2/3 = 0.66)
-    nearest = cut + (magnitude - cut >= Fraction(1, 2))  # rounded half up (2/3 = 0.67)
-    written_scaled = abs(rel.rhs.value * 10**places)
-    same_sign = (exact < 0) == (rel.rhs.value < 0) or written_scaled == 0
-    return same_sign and written_scaled in (cut, nearest)

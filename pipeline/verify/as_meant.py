@@ -6,7 +6,8 @@ contradiction would roll back a right step.
 * a running total: `$3/2 = $1.50 + $3.00 = $4.50`, `8*45 = 360 divided by 5 is 72` — the
   right side starts from the left side's value and goes on;
 * a division with a remainder: `100 / 3 = 33, with 1 remaining`;
-* a percent sign that labels a number: `100 - 5 = 95%`, `1260 / 3500 * 100 = 36%`.
+* a percent sign that labels a number: `100 - 5 = 95%`, `1260 / 3500 * 100 = 36%`,
+  `$7500/75% = $100` (a missed division by 100 is then not caught: consistent, not wrong).
 """
 
 from __future__ import annotations
@@ -72,8 +73,21 @@ def _percent_label(rel: Relation, limits: ClaimLimits) -> bool:
             return value is not None and value == lone.left.value  # type: ignore[union-attr]
     if isinstance(rel.rhs, Num) and _has_percent(rel.lhs):
         value = evaluate(rel.lhs, limits)
-        return value is not None and _written_as(value * 100, rel.rhs.value, _places(rel))
+        if value is not None and _written_as(value * 100, rel.rhs.value, _places(rel)):
+            return True
+        # "$7500/75% = $100", "10/100%*$5 = $.50": the % labels a number used as it is
+        plain = evaluate(_unlabelled(rel.lhs), limits)
+        return plain is not None and plain == rel.rhs.value
     return False
+
+
+def _unlabelled(expr: Expr) -> Expr:
+    """`expr` with every percentage read as its number."""
+    if _is_percent(expr):
+        return expr.left  # type: ignore[union-attr]
+    if isinstance(expr, BinOp):
+        return BinOp(expr.op, _unlabelled(expr.left), _unlabelled(expr.right))
+    return expr
 
 
 def _places(rel: Relation) -> int:

@@ -13,6 +13,7 @@ a false contradiction — the side a checker must err on.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from fractions import Fraction
@@ -86,18 +87,18 @@ class Bindings:
             self._bound.setdefault(name, _binding(step, q, source))
 
 
-def _named(text: str) -> list[tuple[Quantity, tuple[str, ...]]]:
+@functools.lru_cache(maxsize=1024)  # a checker reads each step twice (check, then accept)
+def _named(text: str) -> tuple[tuple[Quantity, tuple[str, ...]], ...]:
     out = []
     for q in quantities(text):
         if not text[q.span[0] : q.span[0] + 1].isdigit() or len(q.values) != 1:
             continue  # a number in words, a fraction or a percentage: not a named value
-        if _computed(text, q.span):
-            continue  # an operand or a result: what a claim says, not a quantity's statement
         name = name_of(q)
-        if name is not None:
-            rate = _RATE.match(text, q.span[1])  # "$5.50 per shoe" is not "$11.00" for two
-            out.append((q, (*name, "per") if rate else name))
-    return out
+        if name is None or _computed(text, q.span):
+            continue  # an operand or a result: what a claim says, not a quantity's statement
+        rate = _RATE.match(text, q.span[1])  # "$5.50 per shoe" is not "$11.00" for two
+        out.append((q, (*name, "per") if rate else name))
+    return tuple(out)
 
 
 _RATE = re.compile(r"\s*(?:[A-Za-z]+\s+){0,2}?(?:per|each|every|an?)\b", re.IGNORECASE)

@@ -11,7 +11,7 @@ checker never carries it into later steps (the same words later may mean another
 
 from __future__ import annotations
 
-from pipeline.verify.prose_tokens import LP, NUM, OP, REL, RP, VAR, WORD, Token
+from pipeline.verify.prose_tokens import BREAK, LP, NUM, OP, REL, RP, VAR, WORD, Token
 from pipeline.verify.prose_units import FUNCTION_WORDS
 
 MAX_NAME_WORDS = 8  # past this a run of words is prose, not a quantity's name
@@ -61,8 +61,8 @@ def _operand_place(out: list[Token], follow: Token | None) -> bool:
             before.kind in (NUM, RP, VAR) or (before.kind == OP and before.math == "%")
         )
         return ends_operand and (follow is None or follow.kind != NUM)
-    if prev is not None and prev.kind in (REL, LP) and follow is not None:
-        # "= price * 3": a name, then an operator and an operand
+    if (prev is None or prev.kind in (REL, LP, BREAK)) and follow is not None:
+        # "= price * 3", "means: number of pages*(2/3) = 96": a name, an operator, an operand
         return follow.kind == OP and follow.math in _BINARY
     return False
 

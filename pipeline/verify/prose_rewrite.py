@@ -112,8 +112,9 @@ def _star_is_operator(out: list[Token], star: Token, nxt: Token | None, ahead: l
     j = len(out)
     while j > 0 and j > len(out) - 5 and _in_unit(out[j - 1], out[j - 2] if j > 1 else None):
         j -= 1  # past a unit: "60 meters *", "15 teeth /", "60 km/hr *", "5 eggs per day *"
-    if j > 0 and j < len(out) and out[j - 1].kind in (REL, LP):
-        return _starts_operand(nxt)  # "= price * 3": a named quantity's words, then "*"
+    if j < len(out) and (j == 0 or out[j - 1].kind in (REL, LP, BREAK)):
+        # "= price * 3", "which means: number of pages*(2/3) = 96": a named quantity, then "*"
+        return _starts_operand(nxt)
     if j == 0 or not _ends_operand(out[j - 1]) or (j < len(out) and out[j - 1].kind == VAR):
         return False
     if _starts_operand(nxt):

@@ -54,7 +54,7 @@ _TOKEN = re.compile(
   | (?P<op>\*\*|[-+*/^%×÷−·⋅–—])
   | (?P<lp>[(\[{])
   | (?P<rp>[)\]}])
-  | (?P<word>[A-Za-z]{2,}(?:-[A-Za-z]{2,})+|[A-Za-z]+(?:'[A-Za-z]+)?)
+  | (?P<word>[A-Za-z]+(?:-[A-Za-z]{2,})+|[A-Za-z]+(?:'[A-Za-z]+)?)
   | (?P<newline>\n)
   | (?P<space>[ \t\r\f\v$€£¥&]+)
   | (?P<other>.)

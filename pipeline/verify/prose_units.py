@@ -91,7 +91,7 @@ def _operand_letters(tokens: list[Token]) -> set[str]:
         if t.kind != VAR:
             continue
         near = [tokens[j] for j in (i - 1, i + 1) if 0 <= j < len(tokens)]
-        if any(x.kind == OP and x.math != "/" for x in near):
+        if any(x.kind == OP and x.math in "+-*" for x in near):  # not "/", "^": "km/h", "m²"
             out.add(t.math)
     return out
 
@@ -212,6 +212,14 @@ def converted_texts(sides: list[list[Token]]) -> list[str] | None:
         return None
     texts = []
     for side in sides:
+        last = side[-1] if side else None
+        if len(side) > 2 and last.kind == NUM and last.unit and side[-2].math == "/":
+            # "42/60 hours": the unit after a fraction is the whole fraction's
+            scale = unit_scale(last.unit)
+            if scale is not None:
+                whole = " ".join(t.math for t in side)
+                texts.append(f"(({whole}) * {scale[1].numerator} / {scale[1].denominator})")
+                continue
         parts = []
         for t in side:
             money = t.kind == NUM and (t.unit or t.dollars)

@@ -108,6 +108,13 @@ def words_to_math(tokens: list[Token]) -> list[Token]:
                 out += _synthetic([(RP, ")")], b.end, b.end)
                 i += 5
                 continue
+        # "20 more than 45", "25% more than 80", "3 fewer than 10": the second changed by the first
+        if w in _MORE and _w(nxt) == "than" and after is not None and after.kind == NUM:
+            changed = _more_than(out, t, after)
+            if changed is not None:
+                out += changed
+                i += 3
+                continue
         # "seven times eight" (number words read here, after the first pass)
         if w in WORD_OPS and _operand_end(out) and _num(nxt):
             out.append(Token(OP, WORD_OPS[w], t.start, t.end))
@@ -136,12 +143,41 @@ def words_to_math(tokens: list[Token]) -> list[Token]:
     return out
 
 
+_MORE = {"more": "+", "less": "-", "fewer": "-"}
+
+
+def _more_than(out: list[Token], word: Token, base: Token) -> list[Token] | None:
+    """`N more than M` -> (M + N); `N% more than M` -> (M + M * N%); None when what comes
+    before the word is not one number (or one percentage), which is then taken off `out`."""
+    if out and out[-1].kind == OP and out[-1].math == "%" and len(out) > 1 and out[-2].kind == NUM:
+        amount = out[-2:]
+    elif out and out[-1].kind == NUM:
+        amount = out[-1:]
+    else:
+        return None
+    del out[-len(amount) :]
+    sign = Token(OP, _MORE[_w(word)], word.start, word.end)
+    if len(amount) == 2:  # a percentage of the base
+        times = Token(OP, "*", word.start, word.end)
+        part = [Token(NUM, base.math, base.start, base.end), times, *amount]
+    else:
+        part = amount
+    return [Token(LP, "(", amount[0].start, amount[0].start), base, sign, *part,
+            Token(RP, ")", base.end, base.end)]  # fmt: skip
+
+
 def _counts_dozens(out: list[Token], ahead: list[Token]) -> bool:
     if not out or out[-1].kind != NUM:
         return False
     if len(out) > 1 and out[-2].kind == REL:
         return True  # "= 7 dozen": the result, in dozens
-    return any(t.kind == NUM and t.math == "12" for t in ahead)  # "4 dozen eggs * 12 = 48"
+    before = []
+    for t in reversed(out[:-1]):
+        if t.kind in (WORD, BREAK) and t.math.lower() not in ("x", "times"):
+            break
+        before.append(t)
+    # the 12 that converts them is there: "4 dozen eggs * 12 = 48", "12 x 3 dozen = 36"
+    return any(t.kind == NUM and t.math == "12" for t in [*ahead, *before])
 
 
 def _proper_fraction(seg: list[Token]) -> bool:

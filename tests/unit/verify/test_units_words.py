@@ -90,6 +90,15 @@ def test_units_of_one_dimension_are_converted(step, expected):
         ("Each cup feeds 14 birds, so it feeds 14 * 1 1/2 = 21 birds.", E),
         ("To carry 17 objects, it takes 17/3 = 5 and 2/3 loads.", E),
         ("Arthur can buy 16 because 100 / 6= 16 and (2/3)", E),
+        ("There are 12 cookies in a dozen, so she sold 12 x 3 dozen = 36 cookies.", E),
+        # a unit after a fraction is the whole fraction's
+        ("We convert the time to hours, so 42 minutes = 42/60 hours = 7/10 hours.", E),
+        ("So, every 1% is equal to $7500/75% = $100.", K),  # the % labels a number
+        ("Martha gets 9 t-shirts + 3 t-shirts = 12 t-shirts.", E),  # a word, not t - shirts
+        # "more than", "less than" said in words
+        ("Another says 25% more than 80 is 100.", E),
+        ("Another says 25% more than 80 is 28.", C),
+        ("So 20 more than 45 is 65 cards, and 3 fewer than 10 is 7.", E),
         # an en dash inside a computation subtracts
         ("And we subtract 4 from each side, 3x +4 - 4 = 28 – 4.", K),
         (

@@ -183,11 +183,11 @@ def main() -> int:
 
     if args.list_flags:
         for cls in ("reference", "reference-plain"):
-            flagged = [r for r in rows if r["class"] == cls and "contradicted" in r["verdicts"]]
-            print(f"\n{cls}: {len(flagged)} solutions with a contradicted step")
+            flagged = [r for r in rows if r["class"] == cls and FLAGS & set(r["verdicts"])]
+            print(f"\n{cls}: {len(flagged)} solutions with a flagged step")
             for r in flagged:
-                i = r["verdicts"].index("contradicted")
-                print(f"  {r['id']} step {i}: {r['steps'][i]}")
+                i = first_flag(r["verdicts"], FLAGS)
+                print(f"  {r['id']} step {i} {r['verdicts'][i]}: {r['steps'][i]}")
                 for text, verdict, kind, detail in r["details"][i]:
                     print(f"      {verdict} ({kind}) {text!r}: {detail}")
     if args.json:

@@ -38,6 +38,8 @@ _WORD_VALUES.update({
     "percent": (Fraction(100),), "decade": (Fraction(10),), "century": (Fraction(100),),
     "weekly": (Fraction(7),), "daily": (Fraction(1),), "hourly": (Fraction(60),),
 })  # fmt: skip
+# "half", "thirds", "quarter": a fraction (its value, then its denominator).
+_FRACTION_WORDS = frozenset(w for w, v in _WORD_VALUES.items() if len(v) == 2)
 # Words that imply numbers a solution may use without the problem writing them.
 _IMPLIED: dict[str, tuple[int, ...]] = {
     "quarter": (25,), "quarters": (25,), "dime": (10,), "dimes": (10,), "nickel": (5,),
@@ -45,6 +47,7 @@ _IMPLIED: dict[str, tuple[int, ...]] = {
     "monthly": (4, 30, 31), "weekday": (5,), "weekdays": (5,), "weekend": (2,),
     "weekends": (2,), "feet": (3, 12), "foot": (3, 12), "yard": (3, 36), "yards": (3, 36),
     "gallon": (4, 128), "gallons": (4, 128), "pound": (16,), "pounds": (16,),
+    "mile": (5280, 1760), "miles": (5280, 1760), "inch": (12,), "inches": (12,),
     "square": (4,), "squares": (4,), "rectangle": (4,), "triangle": (3,), "triangles": (3,),
     "pentagon": (5,), "hexagon": (6,), "octagon": (8,), "cube": (6, 3), "dice": (6,),
     "die": (6,),
@@ -54,7 +57,8 @@ for _word, _values in _IMPLIED.items():
 
 _QUANTITY = re.compile(
     r"""
-    (?P<num>(?<![\w.])(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+))
+    (?P<num>(?<![\w.])(?:(?<=\$)\d{1,3}(?:\ \d{3})+(?![\d,]|\.\d)|\d{1,3}(?:,\d{3})+(?:\.\d+)?
+      |\d+(?:\.\d+)?|\.\d+))
       (?:/(?P<den>\d+)(?![\d.]))?
       (?P<pct>\s?%|\s+percent\b)?
   | (?P<stop>[.;:!?\n]|,\s|\b(?:and|but|so|then|which)\b)
@@ -78,7 +82,7 @@ class Quantity:
 
 
 def _digits(text: str) -> Fraction:
-    whole, _, frac = text.replace(",", "").partition(".")
+    whole, _, frac = text.replace(",", "").replace(" ", "").partition(".")
     value = int(whole or "0") * 10 ** len(frac) + int(frac or "0")
     return Fraction(value, 10 ** len(frac))
 
@@ -135,7 +139,7 @@ def _compound(word: str) -> tuple[Fraction, ...]:
     a, _, b = word.partition("-")
     if a in _TENS and b in _ONES[1:10]:
         return (Fraction(_TENS[a] + _ONES.index(b)),)
-    if a in _ONES[1:10] and b in _WORD_VALUES and len(_WORD_VALUES[b]) == 2:
+    if a in _ONES[1:10] and b in _FRACTION_WORDS:  # "three-quarters", "one-quarter"
         n, d = Fraction(_ONES.index(a)), _WORD_VALUES[b][1]
         return (n / d, n, d)
     return ()

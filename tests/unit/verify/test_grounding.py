@@ -10,6 +10,7 @@ from pipeline.verify.checker import CONTRADICTED, ENTAILED, UNGROUNDED, Checker
 from pipeline.verify.grounding import Grounding
 from pipeline.verify.offline import verify_lines
 from pipeline.verify.prose import find_claims
+from pipeline.verify.quantities import quantities
 
 ROBE = "A robe takes 2 bolts of blue fiber and half that much white fiber. How many bolts?"
 JANET = (
@@ -119,3 +120,17 @@ def test_stepwise_verify_reports_kinds_and_a_bindings_earlier_span():
     assert first["claims"][0]["earlier"] == {"source": "the problem", "span": [0, 30]}
     assert second["claims"][0]["kind"] == "arithmetic"
     assert out["coverage"]["contradicted"] == 1
+
+
+def test_quantities_read_numbers_as_word_problems_write_them():
+    def values(text):
+        return [[str(v) for v in q.values] for q in quantities(text)]
+
+    assert values("each bead is one-quarter of an inch long") == [["1/4", "1", "4"], ["12"]]
+    assert values("three-quarters of the weight, twenty-five cents") == [
+        ["3/4", "3", "4"], ["25"]
+    ]  # fmt: skip
+    assert values("her $400 000 budget, a price of $350 000.") == [["400000"], ["350000"]]
+    assert values("2 000 apples and 20% of them")[-1] == ["20", "1/5"]
+    checker = Checker((), "Steve lives 3 miles from school and bikes at 440 feet per minute.")
+    assert checker.check("That is 3 * 5280 = 15840 feet.").verdict == ENTAILED  # feet a mile

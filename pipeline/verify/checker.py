@@ -175,7 +175,7 @@ class Checker:
             symbolic = [
                 c.relation for c in stated
                 if variables([c.relation]) and not _named(c.relation)
-                and claim_kind(c.relation, "", set()) != IDENTITY
+                and claim_kind(c.relation, set()) != IDENTITY
             ]  # fmt: skip
             if symbolic and self.state.sat is not False:
                 self.state.add(symbolic)
@@ -196,7 +196,7 @@ class Checker:
         if not found and not conflicts:
             return StepVerdict(NO_CLAIM)
         n = len(found) + len(conflicts)
-        kinds = self._kinds(step, found)
+        kinds = self._kinds(found)
         results: list[ClaimVerdict] = []
         context: list[Relation] = []  # the step's earlier claims with variables, not refuted
         entailed = self._all_entailed(found, kinds, deadline)
@@ -242,7 +242,7 @@ class Checker:
         results.sort(key=lambda r: r.span)
         return _step_verdict(tuple(results), n)
 
-    def _kinds(self, step: str, found: tuple[FoundClaim, ...]) -> dict[FoundClaim, str]:
+    def _kinds(self, found: tuple[FoundClaim, ...]) -> dict[FoundClaim, str]:
         """How each readable claim is meant (unknowns.py), given the constraints in force and
         the step's claims before it."""
         kinds: dict[FoundClaim, str] = {}
@@ -250,8 +250,7 @@ class Checker:
         for claim in found:
             if claim.relation is None:
                 continue
-            before = step[max(0, claim.span[0] - 80) : claim.span[0]]
-            kinds[claim] = claim_kind(claim.relation, before, constrained)
+            kinds[claim] = claim_kind(claim.relation, constrained)
             if not claim.alternative:
                 constrained |= variables([claim.relation])
         return kinds

@@ -41,9 +41,9 @@ KINDS = (ARITHMETIC, IDENTITY, EQUATION, SOLUTION)
 _POINTS = (Fraction(7, 3), Fraction(-5, 2), Fraction(11, 7), Fraction(13, 5), Fraction(-3, 11))
 
 
-def claim_kind(rel: Relation, before: str, constrained: set[str]) -> str:
-    """The kind of `rel` (see the module docstring); `before` is the step's text before it,
-    `constrained` the unknowns the constraints in force (and the step so far) speak of."""
+def claim_kind(rel: Relation, constrained: set[str]) -> str:
+    """The kind of `rel` (see the module docstring); `constrained`: the unknowns the
+    constraints in force (and the step so far) speak of."""
     left, right = expr_variables(rel.lhs), expr_variables(rel.rhs)
     if not left and not right:
         return ARITHMETIC

@@ -85,7 +85,7 @@ def test_kinds_and_readings_never_raise(step):
         rel = claim.relation
         if rel is None:
             continue
-        assert claim_kind(rel, step, set()) in KINDS
+        assert claim_kind(rel, set()) in KINDS
         _bounded(counterexample, rel, DEFAULT_LIMITS)
         assert isinstance(as_meant(rel, step[claim.span[1] :], DEFAULT_LIMITS), str)
         if claim.converted is not None:

@@ -74,13 +74,13 @@ def test_arithmetic_is_said_to_be_arithmetic():
 
 def test_claim_kind_and_counterexample_directly():
     (rel,) = extract_claims("3x = 2x")
-    assert claim_kind(rel, "", set()) == IDENTITY
+    assert claim_kind(rel, set()) == IDENTITY
     values = counterexample(rel, Checker().limits)
     assert values is not None and values["x"] != 0
     (rel,) = extract_claims("x = 5")
-    assert claim_kind(rel, "", {"x"}) == SOLUTION and claim_kind(rel, "", set()) == EQUATION
+    assert claim_kind(rel, {"x"}) == SOLUTION and claim_kind(rel, set()) == EQUATION
     (rel,) = extract_claims("3x + 2 = x + 10")
-    assert claim_kind(rel, "", set()) == EQUATION
+    assert claim_kind(rel, set()) == EQUATION
     (rel,) = extract_claims("2(x + 1) = 2x + 2")
     assert counterexample(rel, Checker().limits) is None  # a true identity: none found
 

@@ -11,15 +11,22 @@ from rich.text import Text
 
 from pipeline import schema
 
-# verdict -> (mark, style); `None` (not checked yet) shows as a dim dot
+# verdict -> (mark, style); `None` (not checked yet) shows as a dim dot. Only a step the
+# verifier read and found implied gets the green check: `consistent` was read and not refuted
+# (not implied), and a step with nothing to check (`no_claim`) was not verified at all.
 MARKS = {
     "entailed": ("✓", "green"),
-    "consistent": ("✓", "green"),
-    "no_claim": ("✓", "green"),
+    "consistent": ("○", "green"),
+    "no_claim": ("–", "dim"),
+    "ungrounded": ("⚑", "magenta"),
     "contradicted": ("✗", "bold red"),
     "unknown": ("?", "yellow"),
     "unverified": ("?", "dim"),
 }
+LEGEND = (
+    "✓ entailed  ○ consistent  – nothing to check  ⚑ a number from nowhere  ✗ contradicted  "
+    "? unknown"
+)
 PENDING = ("·", "dim")
 DRAFT_CHARS = 160  # the tail of the step being written (stream=tokens) that is shown
 
@@ -102,8 +109,8 @@ class StreamView:
         line = Text(f"{row.index + 1:>3}. ")
         line.append_text(marked(row.text, () if row.gone else row.claims, row.gone))
         line.append(f" {mark}", style="dim" if row.gone else style)
-        if row.verdict == "contradicted" and row.detail and not row.gone:
-            line.append(f"  {row.detail}", style="dim red")
+        if row.verdict in ("contradicted", "ungrounded") and row.detail and not row.gone:
+            line.append(f"  {row.detail}", style=f"dim {style.split()[-1]}")
         return line
 
     def __rich__(self) -> Group:
@@ -121,6 +128,11 @@ class StreamView:
             )
         if self.error:
             lines.append(Text(f"error: {self.error}", style="bold red"))
+        v = self.result.verification if self.result is not None else None
+        if v is not None and v.status != "off":
+            lines.append(Text(coverage_line(v), style="dim"))
+        if any(r.verdict for r in self.rows if r.index >= 0):
+            lines.append(Text(LEGEND, style="dim"))
         lines.append(self.footer())
         return Group(*lines)
 
@@ -141,6 +153,17 @@ class StreamView:
             style="dim" if r.status in ("ok", "cached") else style,
         )
         return text
+
+
+def coverage_line(v: schema.VerificationReport) -> str:
+    """What verification covered, never "verified" when nothing could be checked."""
+    if v.status == "nothing_checkable":
+        return "nothing checkable: no step had a claim the verifier could read"
+    return (
+        f"{v.status}: {v.steps_checkable}/{v.steps} steps checkable · {v.entailed} of {v.claims}"
+        f" claims entailed, {v.consistent} consistent, {v.contradicted} contradicted, "
+        f"{v.ungrounded} ungrounded, {v.unreadable} unreadable"
+    )
 
 
 def marked(text: str, claims, gone: bool = False) -> Text:

@@ -102,6 +102,7 @@ async def run_demo(
     tokens = [r.usage.completion_tokens for r in ok]
     verdicts = Counter(s.verdict for r in ok for s in r.steps)
     claims = Counter(c.verdict for r in ok for s in r.steps for c in s.claims)
+    per_job = [job_row(results[j], jobs[j][0].answer) for j in jobs if j in results]
     return {
         "jobs": len(jobs),
         "ok": len(ok),
@@ -118,7 +119,43 @@ async def run_demo(
         "gave_up": sum(r.budget.stop_reason == "unverified" for r in ok),
         "verdicts": dict(verdicts),
         "claims": dict(claims),
+        "per_job": per_job,
     }
+
+
+def job_row(r: schema.Result, gold: str) -> dict:
+    """One job of the summary: its answer, what of its reasoning was checked (a step with
+    nothing to check is not counted as verified), its contradicted claims and backtracks."""
+    v = r.verification
+    verdicts = Counter(s.verdict for s in r.steps)
+    return {
+        "id": r.id,
+        "answer": r.answer or "",
+        "correct": r.status == "ok" and answers_match(r.answer, gold),
+        "steps": len(r.steps),
+        "entailed": verdicts["entailed"],
+        "nothing_to_check": verdicts["no_claim"],
+        "contradicted_claims": v.contradicted if v is not None else 0,  # rolled back ones too
+        "ungrounded_claims": v.ungrounded if v is not None else 0,
+        "backtracks": r.usage.backtracks,
+        "coverage": v.status if v is not None else "off",
+        "stop_reason": r.budget.stop_reason or "",
+    }
+
+
+def job_table(rows: list[dict]) -> list[str]:
+    """The per-job lines of the summary."""
+    head = (f"{'job':<18}{'answer':>10} {'ok':<3}{'steps':>6}{'entailed':>9}{'no claim':>9}"
+            f"{'contr.':>7}{'ungr.':>6}{'backtr.':>8}  coverage / stop")  # fmt: skip
+    lines = [head]
+    for j in rows:
+        lines.append(
+            f"{j['id'][-18:]:<18}{j['answer'][:10]:>10} {'✓' if j['correct'] else '✗':<3}"
+            f"{j['steps']:>6}{j['entailed']:>9}{j['nothing_to_check']:>9}"
+            f"{j['contradicted_claims']:>7}{j['ungrounded_claims']:>6}{j['backtracks']:>8}"
+            f"  {j['coverage']} / {j['stop_reason']}"
+        )
+    return lines
 
 
 def print_report(r: dict) -> None:
@@ -133,7 +170,13 @@ def print_report(r: dict) -> None:
         ("mean completion tokens", f"{r['mean_completion_tokens']:.1f}"),
         ("throughput", f"{r['jobs_per_s']:.2f} jobs/s, {r['tokens_per_s']:.1f} tokens/s"),
         ("wall time", f"{r['wall_s']:.1f} s"),
-        ("step verdicts", ", ".join(f"{k} {v}" for k, v in sorted(r["verdicts"].items()))),
+        (
+            "step verdicts",
+            ", ".join(
+                f"{'nothing to check' if k == 'no_claim' else k} {v}"
+                for k, v in sorted(r["verdicts"].items())
+            ),
+        ),  # fmt: skip
         ("claim verdicts", ", ".join(f"{k} {v}" for k, v in sorted(r["claims"].items())) or "-"),
         (
             "backtracks / wasted tokens / gave up",
@@ -143,6 +186,10 @@ def print_report(r: dict) -> None:
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{width}}  {v}")
+    if r.get("per_job"):
+        print()
+        for line in job_table(r["per_job"]):
+            print(line)
 
 
 def main(n: int, seed: int, model: str, reasoning_format: str | None = None) -> int:

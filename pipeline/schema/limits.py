@@ -26,7 +26,10 @@ Name = Annotated[str, Meta(pattern=NAME_PATTERN)]
 NonNeg = Annotated[int, Meta(ge=0)]
 Positive = Annotated[int, Meta(ge=1)]
 Millis = Annotated[float, Meta(ge=0.0)]
-Verdict = Literal["entailed", "contradicted", "consistent", "no_claim", "unknown", "unverified"]
+# ungrounded: a number found nowhere in the problem or the earlier steps; never a backtrack.
+Verdict = Literal[
+    "entailed", "contradicted", "consistent", "no_claim", "unknown", "unverified", "ungrounded"
+]
 SloClass = Literal["interactive", "batch"]
 
 # -- errors and limits -------------------------------------------------------------------------

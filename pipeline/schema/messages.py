@@ -184,7 +184,7 @@ class Handoff(PrefillTask, kw_only=True):
 # -- outputs: events, results, dead letters ---------------------------------------------------
 
 
-ClaimVerdictName = Literal["entailed", "contradicted", "consistent", "unknown"]
+ClaimVerdictName = Literal["entailed", "contradicted", "consistent", "unknown", "ungrounded"]
 
 
 class ClaimInfo(msgspec.Struct, kw_only=True):
@@ -194,13 +194,15 @@ class ClaimInfo(msgspec.Struct, kw_only=True):
     span: tuple[NonNeg, NonNeg]  # [start, end) in the step's text
     verdict: ClaimVerdictName
     reason: str = ""  # with unknown: unparseable | unsupported | limit | timeout | ...
+    kind: str = ""  # checked as: arithmetic | identity | equation | solution | binding
 
 
 def claim_infos(claims: Iterable[Any]) -> list[ClaimInfo]:
     """Claims as wire structs: the checker's ClaimVerdicts, or ClaimInfos as they arrived."""
     return [
         c if isinstance(c, ClaimInfo)
-        else ClaimInfo(text=c.text, span=tuple(c.span), verdict=c.verdict, reason=c.reason)
+        else ClaimInfo(text=c.text, span=tuple(c.span), verdict=c.verdict, reason=c.reason,
+                       kind=getattr(c, "kind", ""))
         for c in claims
     ]  # fmt: skip
 
@@ -216,6 +218,7 @@ class VerificationReport(msgspec.Struct, kw_only=True):
     contradicted: NonNeg = 0
     consistent: NonNeg = 0
     unknown: NonNeg = 0  # read, undecided
+    ungrounded: NonNeg = 0  # read and not refuted, but a number came from nowhere
     unreadable: NonNeg = 0  # not read: unparseable, unsupported, limit
     steps: NonNeg = 0
     steps_checkable: NonNeg = 0  # kept steps with at least one claim that could be read

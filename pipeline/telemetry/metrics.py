@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 SLO_CLASSES: tuple[str, ...] = typing.get_args(schema.SloClass)
 VERDICTS: tuple[str, ...] = typing.get_args(schema.Verdict)
-CLAIM_VERDICTS = ("entailed", "contradicted", "consistent", "unknown", "unreadable")
+CLAIM_VERDICTS = ("entailed", "contradicted", "consistent", "unknown", "unreadable", "ungrounded")
 COVERAGE_STATUSES: tuple[str, ...] = typing.get_args(
     typing.get_type_hints(schema.VerificationReport)["status"]
 )

@@ -8,10 +8,16 @@ the claims of the accepted steps. For a step with claims C (their conjunction):
 * S and C unsat -> contradicted; S and not C unsat -> entailed; else consistent;
 * Z3 gives up -> unknown("timeout") when the deadline was hit, else unknown("solver").
 
-Claims without variables are decided by exact Fraction arithmetic, without Z3; a Z3 context
-is only created when a variable appears. A claim asserts that its divisions are defined:
-dividing by a constant zero makes it false (contradicted, detail "division by zero"), and
-`a / d` with a symbolic `d` adds `d != 0` to the claim. Variables are Reals.
+Each claim is checked as what it says (unknowns.py): arithmetic (exact rationals, without
+Z3), an identity (must hold for every value), an equation or a solution (against S). A
+relation whose units mix scales holds if it holds as written or with its units converted.
+Beside the claims, the job's numbers are grounded (grounding.py: a number found nowhere in
+the problem or the earlier steps is `ungrounded`, never a contradiction) and its named
+quantities bound once (bindings.py: a second value for one is contradicted, with both spans).
+
+A claim asserts that its divisions are defined: dividing by a constant zero makes it false
+(contradicted, detail "division by zero"), and `a / d` with a symbolic `d` adds `d != 0` to
+the claim. Variables are Reals.
 """
 
 from __future__ import annotations
@@ -20,11 +26,12 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-
-import z3
+from dataclasses import replace
 
 from pipeline.verify import prose
-from pipeline.verify.claim_ast import holds
+from pipeline.verify.as_meant import as_meant
+from pipeline.verify.bindings import Bindings
+from pipeline.verify.claim_ast import expr_variables, holds
 from pipeline.verify.claims import (
     DEFAULT_LIMITS,
     ClaimError,
@@ -35,7 +42,17 @@ from pipeline.verify.claims import (
     extract_premises,
     variables,
 )
-from pipeline.verify.prose import LIMIT, FoundClaim, find_claims, relations
+from pipeline.verify.grounding import Grounding
+from pipeline.verify.prose import FoundClaim, find_claims, relations
+from pipeline.verify.state_solver import StateSolver
+from pipeline.verify.unknowns import (
+    ARITHMETIC,
+    IDENTITY,
+    claim_kind,
+    counterexample,
+    describe,
+    nearly,
+)
 from pipeline.verify.verdicts import (
     CONSISTENT,
     CONTRADICTED,
@@ -44,15 +61,28 @@ from pipeline.verify.verdicts import (
     NO_CLAIM,
     SOLVER,
     TIMEOUT,
+    UNGROUNDED,
     UNKNOWN,
+    VERDICTS,
     ClaimVerdict,
     StepVerdict,
-    _rounded,
     _short,
     _step_verdict,
     _unread,
+    number_text,
 )
-from pipeline.verify.z3_terms import _Build, _shared_context, _Undefined, to_z3
+from pipeline.verify.z3_terms import _Undefined
+
+__all__ = [
+    "CONSISTENT", "CONTRADICTED", "ENTAILED", "INCONSISTENT_PREMISES", "NO_CLAIM", "SOLVER",
+    "TIMEOUT", "UNGROUNDED", "UNKNOWN", "VERDICTS", "Checker", "ClaimVerdict", "StepVerdict",
+    "check_step", "clear_cache",
+]  # fmt: skip
+
+
+def _named(rel: Relation) -> bool:
+    """A claim about a quantity named by words (prose_names.py): its unknown is its step's."""
+    return any(len(name) > 1 for name in variables([rel]))
 
 
 class Checker:
@@ -70,6 +100,7 @@ class Checker:
         self.timeout_ms = max(1, int(timeout_ms))
         self.num_skipped_premises = 0
         self.num_accepted = 0
+        premises = tuple(premises)
         rels: list[Relation] = []
         for text in premises:
             found = find_claims(text, limits)
@@ -78,20 +109,21 @@ class Checker:
                 self.num_skipped_premises += 1
             rels.extend(readable)
         rels.extend(extract_premises(problem, limits))
-        self.premises: tuple[Relation, ...] = tuple(dict.fromkeys(rels))
+        self.premises: tuple[Relation, ...] = tuple(
+            dict.fromkeys(rel for rel in rels if not _named(rel))
+        )
         names = variables(self.premises)
         self.answer_var: str | None = next(iter(names)) if len(names) == 1 else None
-        self._ctx: z3.Context | None = None
-        self._solver: z3.Solver | None = None  # incremental, holds S
-        self._nl_solver: z3.Solver | None = None  # nlsat over S, for nonlinear checks
-        self._state_linear = True
-        self._state_bits = 0  # the largest constant in S
-        self.num_dropped_claims = 0  # nonlinear claims with large numbers kept out of S
-        self._vars: dict[str, z3.ArithRef] = {}
-        # True/False once known; None when S changed since the last satisfiability check.
-        self._state_sat: bool | None = True
+        self.state = StateSolver(limits)
         self._premises_inconsistent = False
         self._init_state()
+        self.grounding = Grounding(problem, premises)
+        self.bindings = Bindings(problem)
+
+    @property
+    def num_dropped_claims(self) -> int:
+        """Nonlinear claims with large numbers kept out of S."""
+        return self.state.num_dropped_claims
 
     def _init_state(self) -> None:
         symbolic = []
@@ -101,20 +133,19 @@ class Checker:
             except (ClaimError, _Undefined):
                 value = False
             if value is False:
-                self._state_sat, self._premises_inconsistent = False, True
+                self.state.sat, self._premises_inconsistent = False, True
                 return
             if value is None:
                 symbolic.append(rel)
         if symbolic:
             try:
-                self._assert(symbolic)
-                self._state_sat = None
-                sat = self._state_is_sat(time.monotonic() + self.timeout_ms / 1000)
+                self.state.add(symbolic)
+                sat = self.state.is_sat(time.monotonic() + self.timeout_ms / 1000)
             except Exception:  # noqa: BLE001 - e.g. `x / 0 = 1`: a premise that cannot hold
                 sat = False
             # Undecided in time (None): later checks ask again, under their own deadline.
             self._premises_inconsistent = sat is False
-            self._state_sat = sat
+            self.state.sat = sat
 
     # ---- public API --------------------------------------------------------------------------
 
@@ -130,42 +161,58 @@ class Checker:
 
         A step that yields no claims (or fails to parse) adds nothing. Claims without variables
         carry no information and are not added, so a false constant claim cannot poison the
-        state. Accepting a claim that contradicts the state makes it unsat; every later check is
-        then unknown("inconsistent_premises"). Callers should not accept contradicted steps.
+        state; nor are identities (true for every value) or claims about a quantity named by
+        words (its unknown is its step's). Accepting a claim that contradicts the state makes
+        it unsat; every later check is then unknown("inconsistent_premises"). Callers should
+        not accept contradicted steps.
         """
         self.num_accepted += 1
         try:
+            self.grounding.add(step)
+            self.bindings.accept(step, f"step {self.num_accepted}")
             found = find_claims(step, self.limits, self.answer_var)
-            claims = relations(tuple(c for c in found if not c.alternative))
-            symbolic = [rel for rel in claims if variables([rel])]
-            if symbolic and self._state_sat is not False:
-                self._assert(symbolic)
-                self._state_sat = None
+            stated = [c for c in found if not c.alternative and c.relation is not None]
+            symbolic = [
+                c.relation for c in stated
+                if variables([c.relation]) and not _named(c.relation)
+                and claim_kind(c.relation, set()) != IDENTITY
+            ]  # fmt: skip
+            if symbolic and self.state.sat is not False:
+                self.state.add(symbolic)
         except Exception:  # noqa: BLE001, S110 - an unreadable step adds nothing
             pass
+
+    def said(self, step: str) -> None:
+        """A step that stays in the text although it is not accepted (a contradicted step
+        `stepwise verify` reads on past): its numbers were stated, its claims are not known."""
+        self.grounding.add(step)
 
     # ---- internals ---------------------------------------------------------------------------
 
     def _check(self, step: str) -> StepVerdict:
         deadline = time.monotonic() + self.timeout_ms / 1000
         found = find_claims(step, self.limits, self.answer_var)
-        if not found:
+        conflicts = self.bindings.conflicts(step) if len(step) <= self.limits.max_step_chars else []
+        if not found and not conflicts:
             return StepVerdict(NO_CLAIM)
-        n = len(found)
+        n = len(found) + len(conflicts)
+        kinds = self._kinds(found)
         results: list[ClaimVerdict] = []
         context: list[Relation] = []  # the step's earlier claims with variables, not refuted
-        entailed = self._all_entailed(found, deadline)
+        entailed = self._all_entailed(found, kinds, deadline)
         for claim in found:
             if claim.relation is None:
                 results.append(_unread(claim))
                 continue
+            kind = kinds[claim]
             if self._premises_inconsistent:
                 verdict = StepVerdict(UNKNOWN, INCONSISTENT_PREMISES, "the premises are unsat")
             elif claim in entailed:
                 verdict = StepVerdict(ENTAILED)
             else:
                 given = [] if claim.alternative else context
-                verdict = self._check_relation(claim.relation, given, deadline)
+                after = step[claim.span[1] : claim.span[1] + 80]
+                verdict = self._check_claim(claim, kind, given, deadline, after)
                 if (
                     claim.alternative
                     and verdict.verdict == CONTRADICTED
@@ -176,95 +223,107 @@ class Checker:
                     detail = _short(f"{claim.text}: an alternative the premises rule out")
                     verdict = StepVerdict(CONSISTENT, "", detail)
             v = verdict
-            results.append(ClaimVerdict(claim.text, claim.span, v.verdict, v.reason, v.detail))
+            results.append(
+                ClaimVerdict(claim.text, claim.span, v.verdict, v.reason, v.detail, kind)
+            )
             known = verdict.verdict != CONTRADICTED and not claim.alternative
-            if known and variables([claim.relation]):
+            if known and variables([claim.relation]) and kind != IDENTITY:
                 context.append(claim.relation)
+        for i, value in self.grounding.ungrounded(step, found).items():
+            r = results[i]
+            if r.verdict in (ENTAILED, CONSISTENT):  # a false claim stays contradicted
+                detail = _short(f"{r.text}: {number_text(value)} is not in the problem or before")
+                results[i] = replace(r, verdict=UNGROUNDED, detail=detail)
+        for mine, old in conflicts:
+            detail = _short(f"{mine.text!r} gives {number_text(mine.value)}; {old.source} said "
+                            f"{number_text(old.value)}: {old.text!r}")  # fmt: skip
+            results.append(ClaimVerdict(mine.text, mine.span, CONTRADICTED, "", detail, "binding",
+                                        old.source, old.span))  # fmt: skip
+        results.sort(key=lambda r: r.span)
         return _step_verdict(tuple(results), n)
 
-    def _all_entailed(self, found: tuple[FoundClaim, ...], deadline: float) -> set[FoundClaim]:
+    def _kinds(self, found: tuple[FoundClaim, ...]) -> dict[FoundClaim, str]:
+        """How each readable claim is meant (unknowns.py), given the constraints in force and
+        the step's claims before it."""
+        kinds: dict[FoundClaim, str] = {}
+        constrained = set(self.state.constrained)
+        for claim in found:
+            if claim.relation is None:
+                continue
+            kinds[claim] = claim_kind(claim.relation, constrained)
+            if not claim.alternative:
+                constrained |= variables([claim.relation])
+        return kinds
+
+    def _all_entailed(
+        self, found: tuple[FoundClaim, ...], kinds: dict[FoundClaim, str], deadline: float
+    ) -> set[FoundClaim]:
         """The stated claims with variables, when S implies all of them at once: one pair of
-        solves for the step (a right step's usual case), instead of a pair per claim."""
+        solves for the step (a right step's usual case), instead of a pair per claim.
+        Identities are not among them: S may imply one that is false for other values."""
         stated = [
             c for c in found if c.relation is not None and not c.alternative
-            and variables([c.relation])
+            and variables([c.relation]) and kinds[c] != IDENTITY
         ]  # fmt: skip
         if len(stated) < 2 or self._premises_inconsistent:
             return set()
-        together = self._check_symbolic([c.relation for c in stated], deadline, len(stated))
+        together = self.state.check([c.relation for c in stated], deadline, len(stated))
         return set(stated) if together.verdict == ENTAILED else set()
 
+    def _check_claim(
+        self, claim: FoundClaim, kind: str, context: list[Relation], deadline: float, after: str
+    ) -> StepVerdict:
+        rel = claim.relation
+        assert rel is not None
+        if kind == IDENTITY:
+            return self._check_identity(rel, deadline)
+        verdict = self._check_relation(rel, context, deadline, kind == ARITHMETIC, after)
+        if verdict.verdict == CONTRADICTED and claim.converted is not None:
+            # "75 cents * 4 = 3 dollars": false as written, true with its units converted.
+            other = self._check_relation(claim.converted, context, deadline, kind == ARITHMETIC)
+            if other.verdict != CONTRADICTED:
+                return other
+            detail = f"{rel.text} is false, as written and with its units converted"
+            return StepVerdict(CONTRADICTED, "", _short(detail))
+        return verdict
+
+    def _check_identity(self, rel: Relation, deadline: float) -> StepVerdict:
+        values = counterexample(rel, self.limits)
+        if values is not None:
+            if nearly(rel, values, self.limits) and "." in rel.text:
+                return StepVerdict(CONSISTENT, "", _short(f"{rel.text} holds when rounded"))
+            detail = f"{rel.text} is not an identity: false for {describe(values)}"
+            return StepVerdict(CONTRADICTED, "", _short(detail))
+        holds_all = self.state.holds_for_all(rel, deadline)
+        if holds_all is None:
+            return StepVerdict(UNKNOWN, self.state.timeout_reason(deadline), _short(rel.text))
+        if holds_all:
+            return StepVerdict(ENTAILED)
+        return StepVerdict(CONTRADICTED, "", _short(f"{rel.text} is not an identity"))
+
     def _check_relation(
-        self, rel: Relation, context: list[Relation], deadline: float
+        self, rel: Relation, context: list[Relation], deadline: float, ground: bool, after: str = ""
     ) -> StepVerdict:
         try:
-            value = self._ground_value(rel)
+            value = self._ground_value(rel) if ground else None
         except ClaimError as e:
             return StepVerdict(UNKNOWN, e.reason, _short(f"{rel.text}: {e}"))
         except _Undefined:
             return StepVerdict(CONTRADICTED, "", _short(f"{rel.text}: division by zero"))
         if value is None:
-            return self._check_symbolic([rel], deadline, 1, context)
-        if self._state_is_sat(deadline) is not True:  # unsat or undecided state
-            return self._unknown_state(deadline, 1)
+            return self.state.check([rel], deadline, 1, context)
+        if self.state.is_sat(deadline) is not True:  # unsat or undecided state
+            return self.state.unknown_state(deadline, 1)
         if value:
             return StepVerdict(ENTAILED)
-        if _rounded(rel, self.limits):
-            return StepVerdict(CONSISTENT, "", _short(f"{rel.text} holds when rounded"))
+        if meant := as_meant(rel, after, self.limits):  # "10 / 3 = 3.33", "100 - 5 = 95%"
+            return StepVerdict(CONSISTENT, "", _short(f"{rel.text}: {meant}"))
         return StepVerdict(CONTRADICTED, "", _short(f"{rel.text} is false"))
-
-    def _unknown_state(self, deadline: float, n: int) -> StepVerdict:
-        if self._state_sat is False:
-            return StepVerdict(UNKNOWN, INCONSISTENT_PREMISES, "the accepted steps are unsat", n)
-        return StepVerdict(UNKNOWN, self._timeout_reason(deadline), "state undecided", n)
-
-    def _check_symbolic(
-        self, claims: list[Relation], deadline: float, n: int, context: list[Relation] = ()
-    ) -> StepVerdict:
-        try:
-            claim, build = self._to_z3(claims)
-            if context:  # what the step said before this claim ("let x = 5, so 2x = 10")
-                given, given_build = self._to_z3(list(context))
-                build.is_nonlinear |= given_build.is_nonlinear
-                build.max_bits = max(build.max_bits, given_build.max_bits)
-            else:
-                given = None
-        except ClaimError as e:
-            return StepVerdict(UNKNOWN, e.reason, _short(str(e)), n)
-        except _Undefined:
-            text = claims[0].text if len(claims) == 1 else "a claim"
-            return StepVerdict(CONTRADICTED, "", _short(f"{text}: division by zero"), n)
-        texts = ", ".join(rel.text for rel in claims)
-        is_linear = self._state_linear and not build.is_nonlinear
-        if not is_linear and max(build.max_bits, self._state_bits) > self.limits.max_nonlinear_bits:
-            # nlsat on large coefficients can run for seconds past any timeout.
-            return StepVerdict(UNKNOWN, LIMIT, _short(f"{texts}: nonlinear, large numbers"), n)
-        if self._state_sat is False:
-            return self._unknown_state(deadline, n)
-        both = claim if given is None else z3.And(given, claim)
-        with_claim = self._solve(both, is_linear, deadline)
-        if with_claim == z3.sat:
-            self._state_sat = True  # S and C sat: S is, no need to ask on its own
-        elif with_claim == z3.unsat:
-            if self._state_is_sat(deadline) is not True:  # S itself unsat or undecided
-                return self._unknown_state(deadline, n)
-            detail = f"{texts} is refuted by the premises and accepted steps"
-            return StepVerdict(CONTRADICTED, "", _short(detail), n)
-        if with_claim == z3.unknown:
-            return StepVerdict(UNKNOWN, self._timeout_reason(deadline), _short(texts), n)
-        negated = z3.Not(claim) if given is None else z3.And(given, z3.Not(claim))
-        without = self._solve(negated, is_linear, deadline)
-        if without == z3.unsat:
-            return StepVerdict(ENTAILED, "", "", n)
-        if without == z3.unknown:
-            return StepVerdict(UNKNOWN, self._timeout_reason(deadline), _short(texts), n)
-        return StepVerdict(CONSISTENT, "", _short(f"{texts} is not implied"), n)
-
-    def _timeout_reason(self, deadline: float) -> str:
-        return TIMEOUT if time.monotonic() >= deadline - 0.005 else SOLVER
 
     def _ground_value(self, rel: Relation) -> bool | None:
         """True/False for a claim without variables, None when it has one."""
+        if expr_variables(rel.lhs) or expr_variables(rel.rhs):
+            return None
         try:
             lhs, rhs = evaluate(rel.lhs, self.limits), evaluate(rel.rhs, self.limits)
         except ZeroDivisionError:
@@ -272,66 +331,6 @@ class Checker:
         if lhs is None or rhs is None:
             return None
         return holds(lhs, rel.op, rhs)
-
-    def _state_is_sat(self, deadline: float) -> bool | None:
-        """Whether S is sat (cached until the next accept); None when Z3 cannot tell in time."""
-        if self._state_sat is None:
-            result = self._solve(None, True, deadline)
-            self._state_sat = None if result == z3.unknown else result == z3.sat
-        return self._state_sat
-
-    def _solve(
-        self, extra: z3.BoolRef | None, is_linear: bool, deadline: float
-    ) -> z3.CheckSatResult:
-        remaining_ms = int((deadline - time.monotonic()) * 1000)
-        if remaining_ms <= 0:
-            return z3.unknown
-        solver = self._pick_solver(is_linear and self._state_linear)
-        solver.set("timeout", remaining_ms)
-        if extra is None:
-            return solver.check()
-        solver.push()
-        try:
-            solver.add(extra)
-            return solver.check()
-        finally:
-            solver.pop()
-
-    def _pick_solver(self, is_linear: bool) -> z3.Solver:
-        # Linear arithmetic: the incremental SMT solver, which honours its timeout. Nonlinear:
-        # nlsat, rebuilt after each accept; the SMT core's nonlinear engines can overrun a
-        # timeout by seconds, nlsat stops close to it.
-        solver = self._ensure_solver()
-        if is_linear:
-            return solver
-        if self._nl_solver is None:
-            self._nl_solver = z3.Tactic("qfnra-nlsat", ctx=self._ctx).solver()
-            self._nl_solver.add(solver.assertions())
-        return self._nl_solver
-
-    def _ensure_solver(self) -> z3.Solver:
-        if self._solver is None:
-            self._ctx = _shared_context()
-            self._solver = z3.Solver(ctx=self._ctx)
-        return self._solver
-
-    def _to_z3(self, rels: list[Relation]) -> tuple[z3.BoolRef, _Build]:
-        self._ensure_solver()  # creates the context the terms live in
-        return to_z3(rels, self._ctx, self._vars, self.limits)
-
-    def _assert(self, rels: list[Relation]) -> None:
-        """Add `rels` to S; one that would make S nonlinear with large numbers is dropped."""
-        solver = self._ensure_solver()
-        for rel in rels:
-            formula, build = self._to_z3([rel])
-            is_linear = self._state_linear and not build.is_nonlinear
-            bits = max(self._state_bits, build.max_bits)
-            if not is_linear and bits > self.limits.max_nonlinear_bits:
-                self.num_dropped_claims += 1
-                continue
-            solver.add(formula)
-            self._state_linear, self._state_bits = is_linear, bits
-        self._nl_solver = None
 
 
 # ---- stateless entry point (the task queue's) ------------------------------------------------

@@ -212,6 +212,19 @@ def expr_variables(expr: Expr) -> set[str]:
     return expr_variables(expr.left) | expr_variables(expr.right)
 
 
+def substitute(expr: Expr, values: dict[str, Expr]) -> Expr:
+    """`expr` with each variable named in `values` replaced by its expression."""
+    if isinstance(expr, Var):
+        return values.get(expr.name, expr)
+    if isinstance(expr, Neg):
+        return Neg(substitute(expr.operand, values))
+    if isinstance(expr, Pow):
+        return Pow(substitute(expr.base, values), substitute(expr.exponent, values))
+    if isinstance(expr, BinOp):
+        return BinOp(expr.op, substitute(expr.left, values), substitute(expr.right, values))
+    return expr
+
+
 def variables(relations: Iterable[Relation]) -> set[str]:
     """The variable names used by `relations`."""
     names: set[str] = set()

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 UNREADABLE_REASONS = frozenset({"unparseable", "unsupported", "limit"})
-CLAIM_VERDICTS = ("entailed", "contradicted", "consistent", "unknown")
+CLAIM_VERDICTS = ("entailed", "contradicted", "consistent", "unknown", "ungrounded")
 
 
 @dataclass(slots=True)
@@ -25,6 +25,7 @@ class Tally:
     contradicted: int = 0
     consistent: int = 0
     unknown: int = 0  # read, but undecided (solver timeout, inconsistent premises)
+    ungrounded: int = 0  # read, not refuted, with a number found nowhere before
     unreadable: int = 0  # not read (unparseable, unsupported, limit)
 
     def add_check(self, claims: Iterable[tuple[str, str]]) -> None:
@@ -61,6 +62,7 @@ class Tally:
             "contradicted": self.contradicted,
             "consistent": self.consistent,
             "unknown": self.unknown,
+            "ungrounded": self.ungrounded,
             "unreadable": self.unreadable,
             "steps": steps,
             "steps_checkable": len(checkable),

@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
-from pipeline.verify.checker import CONTRADICTED, Checker, StepVerdict
+from pipeline.verify.checker import CONTRADICTED, Checker, ClaimVerdict, StepVerdict
 from pipeline.verify.coverage import Tally
 
 MAX_STEPS = 4096  # per trace
@@ -92,15 +92,21 @@ def verdict_json(v: StepVerdict) -> dict[str, Any]:
         "verdict": v.verdict,
         "reason": v.reason,
         "detail": v.detail,
-        "claims": [
-            {"text": c.text, "span": list(c.span), "verdict": c.verdict, "reason": c.reason}
-            for c in v.claims
-        ],
+        "claims": [_claim_json(c) for c in v.claims],
     }
 
 
+def _claim_json(c: ClaimVerdict) -> dict[str, Any]:
+    out = {"text": c.text, "span": list(c.span), "verdict": c.verdict, "reason": c.reason,
+           "kind": c.kind, "detail": c.detail}  # fmt: skip
+    if c.earlier_span is not None:  # a binding: the other statement of the quantity
+        out["earlier"] = {"source": c.earlier_source, "span": list(c.earlier_span)}
+    return out
+
+
 def check_trace(trace: dict[str, Any], timeout_ms: int = 200) -> list[StepVerdict]:
-    """Each step checked after the accepted ones before it (a contradicted one is dropped)."""
+    """Each step checked after the accepted ones before it (a contradicted one is not known,
+    but its numbers were said: a later step that uses them is not ungrounded)."""
     checker = Checker(trace["premises"], trace["problem"], timeout_ms=timeout_ms)
     verdicts = []
     for step in trace["steps"]:
@@ -108,6 +114,8 @@ def check_trace(trace: dict[str, Any], timeout_ms: int = 200) -> list[StepVerdic
         verdicts.append(v)
         if v.verdict != CONTRADICTED:
             checker.accept(step)
+        else:
+            checker.said(step)  # later steps may use its numbers, wrong or not
     return verdicts
 
 
@@ -158,7 +166,9 @@ EPILOG = """example:
 
 verdicts: entailed (implied by the problem, premises and earlier steps), contradicted
 (refuted), consistent (neither), no_claim (nothing checkable), unknown (unreadable piece,
-limit or solver timeout; `reason` says which). docs/verification.md says what is read.
+limit or solver timeout; `reason` says which), ungrounded (not refuted, but computes with a
+number found nowhere in the problem or the earlier steps). Each claim says how it was checked
+(`kind`: arithmetic, identity, equation, solution, binding). docs/verification.md says more.
 """
 
 

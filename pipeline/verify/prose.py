@@ -18,20 +18,28 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from pipeline.verify.claims import (
-    DEFAULT_LIMITS,
-    ClaimError,
-    ClaimLimits,
-    Num,
-    Relation,
-    Var,
-    parse_expr,
-    parse_sides,
-    variables,
+from pipeline.verify.claims import DEFAULT_LIMITS, ClaimLimits, Num, Relation, variables
+from pipeline.verify.found_claim import (  # re-exported: the finder's public names
+    LIMIT,
+    UNPARSEABLE,
+    UNSUPPORTED,
+    FoundClaim,
+    relations,
 )
+from pipeline.verify.prose_answers import bare_answers
 from pipeline.verify.prose_rewrite import rewrite
+from pipeline.verify.prose_sides import (
+    converted_relation,
+    is_conversion,
+    names_of,
+    read_chain,
+    read_side,
+    renamed,
+    trim_close,
+    trim_open,
+)
 from pipeline.verify.prose_tokens import (
     APPROX,
     APPROX_WORD,
@@ -40,32 +48,16 @@ from pipeline.verify.prose_tokens import (
     LP,
     NONARITH,
     NUM,
+    OP,
     REL,
     RP,
-    UNSUP,
     VAR,
     WORD,
     Token,
     tokenize,
 )
 
-UNPARSEABLE = "unparseable"
-UNSUPPORTED = "unsupported"
-LIMIT = "limit"
-
-
-@dataclass(frozen=True, slots=True)
-class FoundClaim:
-    """One relation of a step: parsed (`relation`), or unreadable (`reason`)."""
-
-    text: str  # the source text of the pair, as written
-    span: tuple[int, int]  # [start, end) in the step
-    relation: Relation | None = None
-    reason: str = ""  # with relation None: unparseable | unsupported | limit
-    detail: str = ""
-    # One of alternatives ("x = 2 or x = 3"): checked on its own, never taken as known.
-    alternative: bool = False
-
+__all__ = ["LIMIT", "UNPARSEABLE", "UNSUPPORTED", "FoundClaim", "find_claims", "relations"]
 
 _GSM = re.compile(r"<<(.*?)>>")
 _FENCE = re.compile(r"```.*?(?:```|\Z)", re.DOTALL)
@@ -74,9 +66,6 @@ _SAID = re.compile(
     r"\b(?:is|equals?|makes|gives|leaves|yields|totals|are|was|were|comes|gets?)\s+(?:equal\s+"
     r"to\s+|exactly\s+)?[$(]?[0-9]",
     re.IGNORECASE,
-)
-_ANSWER = re.compile(
-    r"(?:\banswer\s*(?:is|:)\s*\**\s*:?\s*|^\s*#{4}\s*|\\boxed\s*\{)", re.IGNORECASE | re.MULTILINE
 )
 
 
@@ -110,7 +99,7 @@ def _find(step: str, limits: ClaimLimits, answer_var: str | None) -> tuple[Found
             found += _claims_in(step, offset, offset + len(line), limits)
         offset += len(line)
     if answer_var is not None:
-        found += _bare_answers(step, limits, answer_var, found)
+        found += bare_answers(step, limits, answer_var, found)
     found.sort(key=lambda c: c.span)
     found = _mark_alternatives(step, found)
     if len(found) > limits.max_claims:
@@ -133,6 +122,9 @@ _HYPOTHESIS = re.compile(
 )
 
 
+_THEN = re.compile(r"^[^.;!?\n]*\bthen\b[^.;!?\n]*$", re.IGNORECASE)
+
+
 def _mark_alternatives(step: str, found: list[FoundClaim]) -> list[FoundClaim]:
     """Claims joined by "or" are alternatives, and claims being tried are hypotheses: checked
     on their own, neither is asserted."""
@@ -144,14 +136,11 @@ def _mark_alternatives(step: str, found: list[FoundClaim]) -> list[FoundClaim]:
         before = step[found[i - 1].span[1] if i else 0 : c.span[0]]
         if c.relation is not None and variables([c.relation]) and _HYPOTHESIS.search(before):
             marked[i] = True
+        elif i and marked[i - 1] and _THEN.search(before):
+            marked[i] = True  # "if 100 + 100x = 120 then x = .2": what the supposition gives
     if not any(marked):
         return found
     return [replace(c, alternative=m) if m else c for c, m in zip(found, marked, strict=True)]
-
-
-def relations(claims: tuple[FoundClaim, ...]) -> list[Relation]:
-    """The readable relations of `claims`."""
-    return [c.relation for c in claims if c.relation is not None]
 
 
 def _gsm_line(step: str, line: str, offset: int, limits: ClaimLimits) -> list[FoundClaim]:
@@ -192,20 +181,54 @@ def _segments(tokens: list[Token]):
     cut_before = False
     for i, t in enumerate(tokens):
         if t.kind in (WORD, APPROX_WORD, BREAK):
-            if seg:
-                follows = tokens[i + 1] if i + 1 < len(tokens) else None
-                yield seg, cut_before, _cuts_after(t, follows)
-            cut_before = t.kind == APPROX_WORD or (
-                t.kind == WORD and t.math.lower() in CONNECTORS and _open_operand(seg or window)
+            follows = tokens[i + 1] if i + 1 < len(tokens) else None
+            # "240 – (40 + 84) = 124" read past a dash: the relation's side was cut
+            dash = (
+                t.kind == BREAK
+                and t.math in _DASHES
+                and follows is not None
+                and (follows.kind in (NUM, LP, VAR))
             )
+            if seg:
+                yield seg, cut_before, dash or _cuts_after(t, follows)
+            # A word after a computation left open ("20 + 10 decorations to the 29 + 24 = 83")
+            # may join it to what follows: the next relation's left side is not all there.
+            cut_before = t.kind == APPROX_WORD or (
+                t.kind == WORD
+                and _open_operand(seg or window)
+                and (t.math.lower() in CONNECTORS or _computes(seg or window))
+            )
+            if t.kind == WORD and t.math.lower() in _LABELS and follows is not None:
+                cut_before = cut_before or follows.kind == NUM  # "section 2 = x + 200"
             if t.kind == BREAK:
-                window, cut_before = [], False
+                window, cut_before = [], dash
             seg = []
             continue
+        if not seg and _cut_operator(tokens, i):
+            cut_before = True  # "10 cows on the boat - 6 drowned = 4": the left operand is prose
         seg.append(t)
         window.append(t)
     if seg:
         yield seg, cut_before, False
+
+
+def _cut_operator(tokens: list[Token], i: int) -> bool:
+    """A spaced `-`/`+` that opens a run right after a word: a binary operator whose left
+    operand was written in words, not a sign."""
+    t = tokens[i]
+    if t.kind != OP or t.math not in "+-" or i == 0 or tokens[i - 1].kind != WORD:
+        return False
+    return i + 1 < len(tokens) and tokens[i + 1].start > t.end
+
+
+_DASHES = frozenset({"–", "—"})
+# Nouns a number after labels rather than counts: "section 2 = x + 200" is not 2 = x + 200.
+_LABELS = frozenset(
+    "section step day week month year level part case option room floor row grade group "  # noqa: SIM905
+    "team box bag page chapter remaining number no question problem round game shelf tank "
+    "plan stage phase trip store class method person friend child kid student player worker "
+    "machine truck car house line item".split()
+)
 
 
 def _open_operand(tokens: list[Token]) -> bool:
@@ -214,6 +237,10 @@ def _open_operand(tokens: list[Token]) -> bool:
     if not tokens or any(t.kind in (REL, APPROX) for t in tokens):
         return False
     return tokens[-1].kind in (NUM, VAR, RP) or tokens[-1].math == "%"
+
+
+def _computes(tokens: list[Token]) -> bool:
+    return any(t.kind == OP and t.math not in ("%", "^") for t in tokens)
 
 
 def _cuts_after(word: Token, follows: Token | None) -> bool:
@@ -240,9 +267,10 @@ def _segment_claims(
             sides.append([])
         else:
             sides[-1].append(t)
-    sides[0] = _trim_open(sides[0])
-    sides[-1] = _trim_close(sides[-1])
-    parsed = _chain(sides, ops, limits) or [_side(s, limits) for s in sides]
+    sides[0] = trim_open(sides[0])
+    sides[-1] = trim_close(sides[-1])
+    parsed = read_chain(sides, ops, limits) or [read_side(s, limits) for s in sides]
+    names = names_of(seg)
     out: list[FoundClaim] = []
     last = len(ops) - 1
     for k, op in enumerate(ops):
@@ -264,135 +292,30 @@ def _segment_claims(
         if bad is not None:
             out.append(FoundClaim(text, (s, e), None, bad[0], bad[1]))
             continue
-        if op.math == "=" and not last and isinstance(pl, Num) and isinstance(pr, Num):
+        lone = isinstance(pl, Num) and isinstance(pr, Num)
+        lone = lone and not _units_differ(step, left, right)
+        if op.math == "=" and not last and lone:
             continue  # a lone `3 = 12`: what a word leaves of a relation, not a computation
-        if _conversion(left, right):
+        converted = converted_relation(left, op.math, right, text, limits)
+        if converted is None and is_conversion(left, right):
             continue  # "4.2 GB = 4.2 * 1000": units converted, not arithmetic
-        out.append(FoundClaim(text, (s, e), Relation(pl, op.math, pr, text)))  # type: ignore[arg-type]
+        if names:  # "(3/4)*number of novels": the unknown is called by its words
+            pl, pr = renamed(pl, names), renamed(pr, names)  # type: ignore[arg-type]
+        rel = Relation(pl, op.math, pr, text)  # type: ignore[arg-type]
+        out.append(FoundClaim(text, (s, e), rel, converted=converted))
     return out
 
 
-def _conversion(left: list[Token], right: list[Token]) -> bool:
-    """A left side that is one number with its unit ("4.2 GB = ..."), against a right side in
-    another unit or none. (A unit after the right side only ends the sentence: "= 1600 m".)"""
-
-    def unit(side: list[Token]) -> str:
-        return side[0].unit if len(side) == 1 and side[0].kind == NUM else ""
-
-    return bool(unit(left)) and unit(left) != unit(right)
-
-
-def _trim_open(side: list[Token]) -> list[Token]:
-    """Unbalanced "(" at the start of a first side: prose's "(so 3 + 4 = 7)"."""
-    while side and side[0].kind == LP and _depth(side) > 0:
-        side = side[1:]
-    return side
+def _units_differ(step: str, left: list[Token], right: list[Token]) -> bool:
+    """`2 hours = 120 minutes`: one quantity in two units, a conversion we can check (not
+    `150 minutes = 2 hours 30 minutes`, whose right side goes on past its unit)."""
+    units = [side[0].unit for side in (left, right) if len(side) == 1 and side[0].kind == NUM]
+    if len(units) != 2 or not all(units) or units[0] == units[1]:
+        return False
+    return not _GOES_ON.match(step, right[-1].end)
 
 
-def _trim_close(side: list[Token]) -> list[Token]:
-    while side and side[-1].kind == RP and _depth(side) < 0:
-        side = side[:-1]
-    return side
-
-
-def _depth(side: list[Token]) -> int:
-    return sum(t.math.count("(") - t.math.count(")") for t in side if t.kind in (LP, RP, "op"))
-
-
-def _chain(sides: list[list[Token]], ops: list[Token], limits: ClaimLimits) -> list | None:
-    """Every side at once, in one parse of the whole chain: the common case (a clean chain of
-    arithmetic) costs one grammar run instead of one per side. None: read side by side."""
-    if not all(sides) or any(op.kind == APPROX for op in ops):
-        return None
-    if any(t.kind in (NONARITH, UNSUP) for side in sides for t in side):
-        return None
-    if sum(len(side) for side in sides) > limits.max_tokens:
-        return None
-    pieces = [" ".join(t.math for t in sides[0])]
-    for op, side in zip(ops, sides[1:], strict=True):
-        pieces.append(f"{op.math} {' '.join(t.math for t in side)}")
-    try:
-        return parse_sides(" ".join(pieces), limits)
-    except ClaimError:
-        return None
-
-
-def _side(side: list[Token], limits: ClaimLimits):
-    """An Expr; NONARITH; or (reason, detail) for a side that cannot be read."""
-    if not side:
-        return None
-    if any(t.kind == NONARITH for t in side):
-        return NONARITH
-    unsup = next((t for t in side if t.kind == UNSUP), None)
-    if unsup is not None:
-        if unsup.math == "limit":
-            return (LIMIT, f"number with more than {limits.max_digits} digits")
-        return (UNSUPPORTED, f"{unsup.math!r} is not evaluated")
-    if len(side) > limits.max_tokens:
-        return (LIMIT, f"more than {limits.max_tokens} tokens")
-    try:
-        return parse_expr(" ".join(t.math for t in side), limits)
-    except ClaimError as e:
-        return (e.reason, str(e)[:120])
-
-
-# ---- bare final answers ----------------------------------------------------------------------
-
-
-def _bare_answers(
-    step: str, limits: ClaimLimits, answer_var: str, found: list[FoundClaim]
-) -> list[FoundClaim]:
-    """`answer_var = value` for each final answer stated without a relation."""
-    out = []
-    for m in _ANSWER.finditer(step):
-        start = m.end()
-        if m.group().rstrip().endswith("{"):  # \boxed{...}: up to the matching brace
-            end = _closing_brace(step, start)
-        else:
-            stop = re.search(r"(?:\.(?!\d)|[,;\n]|\*\*|$)", step[start:])
-            end = start + (stop.start() if stop else len(step) - start)
-        value = step[start:end]
-        if not value.strip() or any(c.span[0] <= start < c.span[1] for c in [*found, *out]):
-            continue
-        if "\\boxed" in value:
-            continue  # "The answer is \\boxed{5}": the box is read on its own
-        if any(ch in value for ch in "=<>≤≥≠"):
-            continue  # a relation: read as one already
-        tokens = [t for t in rewrite(tokenize(value, limits.max_digits)) if t.kind != BREAK]
-        tokens = [t for t in tokens if t.kind != WORD or t.math.lower() not in _FILLER]
-        s = start + (len(value) - len(value.lstrip()))
-        e = start + len(value.rstrip())
-        text = step[s:e]
-        if not tokens:
-            continue
-        if any(t.kind in (WORD, APPROX_WORD) for t in tokens):
-            out.append(FoundClaim(text, (s, e), None, UNPARSEABLE, f"answer {text[:40]!r}"))
-            continue
-        expr = _side(tokens, limits)
-        if expr is None or expr == NONARITH:
-            continue
-        if isinstance(expr, tuple):
-            out.append(FoundClaim(text, (s, e), None, expr[0], expr[1]))
-            continue
-        rel_text = f"{answer_var} = {text.strip()}"
-        out.append(FoundClaim(text, (s, e), Relation(Var(answer_var), "=", expr, rel_text)))
-    return out
-
-
-# Words around an answer that are not part of its value ("The answer is $12 dollars.").
-_FILLER = {"dollars", "dollar", "cents", "apples", "units", "total", "in", "all"}
-
-
-def _closing_brace(text: str, start: int) -> int:
-    depth = 1
-    for i in range(start, min(len(text), start + 200)):
-        if text[i] == "{":
-            depth += 1
-        elif text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return i
-    return start
+_GOES_ON = re.compile(r"\s*[A-Za-z]+\s*(?:and\s+)?[0-9]")
 
 
 def clear_cache() -> None:

@@ -5,13 +5,13 @@ arithmetic becomes NONARITH, what we do not evaluate UNSUP."""
 
 from __future__ import annotations
 
+from pipeline.verify.prose_names import named_quantities
 from pipeline.verify.prose_tokens import (
     _APPROX_WORDS,
     _RANGE_AFTER,
     _RANGE_BEFORE,
     _REMAINDER,
     _VERSION_WORDS,
-    APPROX,
     APPROX_WORD,
     BREAK,
     LP,
@@ -28,6 +28,7 @@ from pipeline.verify.prose_tokens import (
     WORD_OPS,
     Token,
 )
+from pipeline.verify.prose_units import units_and_letters
 from pipeline.verify.prose_words import words_to_math
 
 
@@ -53,11 +54,13 @@ def rewrite(tokens: list[Token]) -> list[Token]:
         if line_start and _is_list_marker(t, nxt):
             continue  # "- ", "* ", "1. ", "> ": markdown, not arithmetic
         line_start = False
-        if t.kind == OP and t.star and not (_ends_operand(prev) and _starts_operand(nxt)):
+        if t.kind == OP and t.star and not _star_is_operator(out, t, nxt, tokens[i + 2 : i + 8]):
             continue  # "*" / "**" between operands multiplies / raises; else it is emphasis
         if t.kind == OP and t.math == "–":
             ranged = _adjacent(prev, t) and _adjacent(t, nxt) and prev.kind == nxt.kind == NUM
-            out.append(Token(NONARITH if ranged else BREAK, "–", t.start, t.end))
+            minus = not ranged and _dash_is_minus(out, nxt)
+            kind = OP if minus else NONARITH if ranged else BREAK
+            out.append(Token(kind, "-" if minus else "–", t.start, t.end))
             continue
         if t.kind in (WORD, VAR):
             meant = _word_meaning(t, prev, nxt, out)
@@ -73,7 +76,7 @@ def rewrite(tokens: list[Token]) -> list[Token]:
         out = _mixed_numbers(out)
     if words:
         out = _ranges(out)
-        out = _units_and_letters(out)
+        out = named_quantities(units_and_letters(out))
     return out
 
 
@@ -82,10 +85,10 @@ def _word_meaning(
 ) -> list[Token] | None:
     """What a word or letter stands for among math tokens; None: itself."""
     word = t.math.lower()
-    if t.kind == VAR and word == "x" and _ends_operand(prev, allow_var=False) and nxt is not None:
+    if t.kind == VAR and word == "x" and nxt is not None and _x_after_operand(out):
         spaced = prev is not None and prev.end < t.start
         if nxt.kind == NUM or (nxt.kind == LP and spaced):
-            return [Token(OP, "*", t.start, t.end)]  # "0.2 x 50": times
+            return [Token(OP, "*", t.start, t.end)]  # "0.2 x 50", "200 balls x (20 / 100)"
     if t.kind == WORD and word in WORD_OPS and _ends_operand(prev) and _starts_operand(nxt):
         return [Token(OP, WORD_OPS[word], t.start, t.end)]  # "5 plus 3 = 8"
     if word == "of" and _starts_operand(nxt) and _ends_fraction(out):
@@ -100,6 +103,66 @@ def _word_meaning(
     if t.kind == WORD and word in _APPROX_WORDS:
         return [Token(APPROX_WORD, word, t.start, t.end)]
     return None
+
+
+def _star_is_operator(out: list[Token], star: Token, nxt: Token | None, ahead: list[Token]) -> bool:
+    """`*` between operands multiplies, also when the left one has a unit (`60 meters * 3`)
+    or the right one is a named quantity (`(3/4)*number of novels`); markdown emphasis
+    (`**Answer:**`, `*note*`) has no operand on its left, or a closing star ahead."""
+    j = len(out)
+    while j > 0 and j > len(out) - 5 and _in_unit(out[j - 1], out[j - 2] if j > 1 else None):
+        j -= 1  # past a unit: "60 meters *", "15 teeth /", "60 km/hr *", "5 eggs per day *"
+    if j < len(out) and (j == 0 or out[j - 1].kind in (REL, LP, BREAK)):
+        # "= price * 3", "which means: number of pages*(2/3) = 96": a named quantity, then "*"
+        return _starts_operand(nxt)
+    if j == 0 or not _ends_operand(out[j - 1]) or (j < len(out) and out[j - 1].kind == VAR):
+        return False
+    if _starts_operand(nxt):
+        return True
+    # "(3/4)*number", "(2/3)* amount", "1/3 * Class C": never markdown's "*word*"
+    spaced = nxt is not None and out[-1].end < star.start and nxt.start > star.end
+    tight = nxt is not None and (nxt.start == star.end or out[-1].kind == RP or spaced)
+    if nxt is None or nxt.kind != WORD or star.math != "*" or not tight:
+        return False
+    return not any(t.kind == OP and t.star for t in ahead)  # "(3/4)*number of novels"
+
+
+def _x_after_operand(out: list[Token]) -> bool:
+    """A number before `x`, maybe with its unit between (`200 basketballs x (20 / 100)`)."""
+    j = len(out)
+    while j > 0 and j > len(out) - 3 and out[j - 1].kind == WORD:
+        j -= 1
+    if j == 0 or not _ends_operand(out[j - 1], allow_var=False):
+        return False
+    return j == len(out) or out[j - 1].kind == NUM
+
+
+def _dash_is_minus(out: list[Token], nxt: Token | None) -> bool:
+    """An en dash between operands subtracts inside a computation under way (`x = 304 – 180`,
+    `2x + 180 – x = 304`, `240 students – (40 + 84)`); elsewhere it is a dash or a range."""
+    if not _starts_operand(nxt):
+        return False
+    if nxt is not None and nxt.kind == LP:
+        return bool(out) and _ends_operand(out[-1]) or _in_unit(out[-1], None)
+    for t in reversed(out):
+        if t.kind in (REL,) or (t.kind == OP and t.math not in ("%", "–")):
+            return True
+        if t.kind == BREAK:
+            return False
+    return False
+
+
+def _in_unit(t: Token, before: Token | None) -> bool:
+    if t.kind == WORD:
+        return True
+    # the "/" of "km/hr", tight between two words
+    return (
+        t.kind == OP
+        and t.math == "/"
+        and before is not None
+        and before.kind == WORD
+        and (before.end == t.start)
+    )
 
 
 def _ends_fraction(out: list[Token]) -> bool:
@@ -175,19 +238,71 @@ def _braces(tokens: list[Token]) -> list[Token]:
 
 
 def _mixed_numbers(tokens: list[Token]) -> list[Token]:
-    """`4 1/2` is 4 + 1/2 (a whole number, a space, a proper fraction)."""
+    """`4 1/2` is (4 + 1/2) (a whole number, a space, a proper fraction): one number, so
+    `1 1/2 / 1/2` is 3."""
     out: list[Token] = []
-    for i, t in enumerate(tokens):
+    i, n = 0, len(tokens)
+    while i < n:
+        t = tokens[i]
+        if t.kind == NUM and "." not in t.math and i + 3 < n:
+            a, slash, b = tokens[i + 1 : i + 4]
+            mixed = a.kind == b.kind == NUM and slash.math == "/" and a.start > t.end
+            tight = mixed and a.end == slash.start and slash.end == b.start
+            if tight and "." not in a.math + b.math and int(a.math) < int(b.math):
+                out += [Token(LP, "(", t.start, t.start), t, Token(OP, "+", t.end, a.start),
+                        a, slash, b, Token(RP, ")", b.end, b.end)]  # fmt: skip
+                i += 4
+                continue
+        if t.kind == NUM and out and out[-1].kind == REL and (k := _and_fraction_len(tokens, i)):
+            # "17/3 = 5 and 2/3 loads", "100 / 6= 16 and (2/3)": a mixed number in words
+            frac = tokens[i + 2 : i + 1 + k]
+            out += [Token(LP, "(", t.start, t.start), t, Token(OP, "+", t.end, frac[0].start),
+                    *frac, Token(RP, ")", frac[-1].end, frac[-1].end)]  # fmt: skip
+            i += 1 + k
+            continue
+        if (
+            t.kind == NUM
+            and out
+            and out[-1].math == "/"
+            and i + 2 < n
+            and _tight_fraction(tokens[i : i + 3])
+        ):
+            # "1 1/2 / 1/2": a fraction written tight after a division is one divisor
+            out += [Token(LP, "(", t.start, t.start), *tokens[i : i + 3],
+                    Token(RP, ")", tokens[i + 2].end, tokens[i + 2].end)]  # fmt: skip
+            i += 3
+            continue
         out.append(t)
-        if t.kind != NUM or "." in t.math or i + 3 >= len(tokens):
-            continue
-        a, slash, b = tokens[i + 1 : i + 4]
-        if a.kind != NUM or b.kind != NUM or slash.math != "/" or a.start == t.end:
-            continue
-        tight = a.end == slash.start and slash.end == b.start
-        if tight and "." not in a.math + b.math and int(a.math) < int(b.math):
-            out.append(Token(OP, "+", t.end, a.start))
+        i += 1
     return out
+
+
+def _and_fraction(four: list[Token]) -> bool:
+    """`and 2/3` (a proper fraction, after the whole number of a mixed one)."""
+    if len(four) != 4:
+        return False
+    word, *frac = four
+    if word.kind != WORD or word.math.lower() != "and" or not _tight_fraction(frac):
+        return False
+    return int(frac[0].math) < int(frac[2].math)
+
+
+def _and_fraction_len(tokens: list[Token], i: int) -> int:
+    """How many tokens after `tokens[i]` make `and 2/3` or `and (2/3)`; 0 for none."""
+    if _and_fraction(tokens[i + 1 : i + 5]):
+        return 4
+    bracketed = i + 6 < len(tokens) and tokens[i + 2].kind == LP and tokens[i + 6].kind == RP
+    if bracketed and _and_fraction([tokens[i + 1], *tokens[i + 3 : i + 6]]):
+        return 6
+    return 0
+
+
+def _tight_fraction(three: list[Token]) -> bool:
+    a, slash, b = three
+    return (
+        a.kind == b.kind == NUM and slash.math == "/" and a.end == slash.start
+        and slash.end == b.start and "." not in a.math + b.math
+    )  # fmt: skip
 
 
 def _ranges(tokens: list[Token]) -> list[Token]:
@@ -216,73 +331,3 @@ def _ranges(tokens: list[Token]) -> list[Token]:
         out.append(t)
         i += 1
     return out
-
-
-def _units_and_letters(tokens: list[Token]) -> list[Token]:
-    """Drop unit words (`5 apples + 3 apples`: a word run right after an operand, followed by
-    an operator, a relation or a closing parenthesis) and read single letters that stand
-    among words (`a`, `I`) as words, not variables."""
-    out: list[Token] = []
-    i, n = 0, len(tokens)
-    while i < n:
-        t = tokens[i]
-        if _is_unit(t) and out and _ends_operand(out[-1]) and out[-1].kind != VAR:
-            j = _unit_end(tokens, i + 1)
-            while j < n and j - i < 3 and _is_unit(tokens[j]):
-                j = _unit_end(tokens, j + 1)
-            follow = tokens[j] if j < n else None
-            if follow is not None and follow.kind in (OP, REL, RP, APPROX):
-                out[-1].unit = " ".join(x.math for x in tokens[i:j] if x.kind == WORD)
-                i = j  # a unit: "10 km + 5 km", "3 hours × 60"
-                continue
-        if t.kind == VAR and t.math not in _VAR_LETTERS and out and out[-1].kind == NUM:
-            nxt = tokens[i + 1] if i + 1 < n else None
-            if out[-1].end < t.start and (nxt is None or nxt.kind not in (NUM, LP, VAR)):
-                out[-1].unit = t.math
-                i = _unit_end(tokens, i + 1)  # "1600 m", "2.5 g", "28 km/h", "14.7 m²"
-                continue
-        if t.kind == OP and t.math == "/" and out and out[-1].kind == NUM and i + 1 < n:
-            rate = tokens[i + 1]  # "€2.35/kg": a price per unit, not a division
-            tight = out[-1].end == t.start and rate.start == t.end
-            if tight and _is_unit(rate) and len(rate.math) > 1:
-                out[-1].unit = f"/{rate.math}"
-                i += 2
-                continue
-        if t.kind == VAR:
-            prev = out[-1] if out else None
-            nxt = tokens[i + 1] if i + 1 < n else None
-            if _wordish(prev) and _wordish(nxt):
-                t = Token(WORD, t.math, t.start, t.end)
-        out.append(t)
-        i += 1
-    return out
-
-
-_VAR_LETTERS = frozenset("xyznabpqk")  # letters that are more often variables than units
-# Words that join a sentence, never a unit after a number ("-6 and -6 + 6 = 0").
-_FUNCTION_WORDS = frozenset(
-    "and or but so then thus hence is are was were be to the an which that because since for "  # noqa: SIM905
-    "if when while where as at by on in into we you it this these those gives get gets makes "
-    "equals yes no not also too now here there than plus minus times of per each with from "
-    "over under giving making leaving yields".split()
-)
-
-
-def _is_unit(t: Token) -> bool:
-    return t.kind == WORD and t.math.lower() not in _FUNCTION_WORDS
-
-
-def _unit_end(tokens: list[Token], j: int) -> int:
-    """Past a unit's tail: "²" / "^2" right after it, or "/h" ("km/h")."""
-    if j + 1 >= len(tokens) or tokens[j].kind != OP or tokens[j].start != tokens[j - 1].end:
-        return j
-    if tokens[j].math == "^":
-        return j + 2
-    tail = tokens[j + 1]
-    if tokens[j].math == "/" and tail.kind in (WORD, VAR) and tail.start == tokens[j].end:
-        return j + 2
-    return j
-
-
-def _wordish(t: Token | None) -> bool:
-    return t is None or t.kind in (WORD, BREAK, APPROX_WORD)

@@ -34,6 +34,8 @@ class Token:
     end: int
     star: bool = False  # an ASCII "*" or "**": multiplication, or markdown emphasis
     unit: str = ""  # a number's unit, when one was dropped after it ("4.2 GB = ...")
+    name: str = ""  # a VAR that stands for a named quantity's words ("number of novels")
+    dollars: bool = False  # a number written after "$" ("$1 / 2 = 50 cents": dollars, cents)
 
 
 _TOKEN = re.compile(
@@ -52,7 +54,7 @@ _TOKEN = re.compile(
   | (?P<op>\*\*|[-+*/^%×÷−·⋅–—])
   | (?P<lp>[(\[{])
   | (?P<rp>[)\]}])
-  | (?P<word>[A-Za-z]{2,}(?:-[A-Za-z]{2,})+|[A-Za-z]+(?:'[A-Za-z]+)?)
+  | (?P<word>[A-Za-z]+(?:-[A-Za-z]{2,})+|[A-Za-z]+(?:'[A-Za-z]+)?)
   | (?P<newline>\n)
   | (?P<space>[ \t\r\f\v$€£¥&]+)
   | (?P<other>.)
@@ -131,10 +133,12 @@ def tokenize(text: str, max_digits: int) -> list[Token]:
             continue
         if kind == "num":
             digits = v.replace(",", "")
-            if len(digits) - ("." in digits) > max_digits:
+            if len(digits) > 1 and digits[0] == "0" and "." not in digits:
+                add(Token(NONARITH, v, s, e))  # "0130 hours", "007": a code or a clock time
+            elif len(digits) - ("." in digits) > max_digits:
                 add(Token(UNSUP, "limit", s, e))
             else:
-                add(Token(NUM, digits, s, e))
+                add(Token(NUM, digits, s, e, dollars=s > 0 and text[s - 1] == "$"))
         elif kind == "word":
             add(Token(VAR if len(v) == 1 else WORD, v, s, e))
         elif kind == "sup":  # "10²" is 10^2 (and "m²" a unit: see _units_and_letters)

@@ -49,6 +49,11 @@ def _number_words(tokens: list[Token]) -> list[Token]:
 
 def words_to_math(tokens: list[Token]) -> list[Token]:
     tokens = _number_words(tokens)
+    # "3 dozen cookies - 2 dozen = 1 dozen": dozens counted on one side are counted on all
+    in_dozens = any(
+        _w(t) == "dozen" and i > 1 and tokens[i - 1].kind == NUM and tokens[i - 2].kind == REL
+        for i, t in enumerate(tokens)
+    )
     out: list[Token] = []
     i, n = 0, len(tokens)
     while i < n:
@@ -74,7 +79,16 @@ def words_to_math(tokens: list[Token]) -> list[Token]:
             out += _synthetic([(NUM, str(_TIMES_OF[w])), (OP, "*")], t.start, t.end)
             i += 1
             continue
-        # "4 dozen" -> 4 * 12; "a dozen" -> 12
+        # "4 dozen" -> 4 * 12; "a dozen" -> 12; but "84/12 = 7 dozen", "4 dozen * 12 = 48":
+        # a count of dozens, its unit (a result, or converted by the 12 that follows)
+        if w == "dozen" and (in_dozens or _counts_dozens(out, tokens[i + 1 : i + 5])):
+            out.append(t)
+            i += 1
+            continue
+        if w == "dozen" and out and out[-1].kind == OP and out[-1].math == "/":
+            out.append(t)  # "12 eggs/dozen": a rate's unit
+            i += 1
+            continue
         if w == "dozen":
             if out and out[-1].kind == NUM:
                 out += _synthetic([(OP, "*"), (NUM, "12")], t.start, t.end)
@@ -93,6 +107,13 @@ def words_to_math(tokens: list[Token]) -> list[Token]:
                 out += [a, Token(OP, op, conj.start, conj.end), b]
                 out += _synthetic([(RP, ")")], b.end, b.end)
                 i += 5
+                continue
+        # "20 more than 45", "25% more than 80", "3 fewer than 10": the second changed by the first
+        if w in _MORE and _w(nxt) == "than" and after is not None and after.kind == NUM:
+            changed = _more_than(out, t, after)
+            if changed is not None:
+                out += changed
+                i += 3
                 continue
         # "seven times eight" (number words read here, after the first pass)
         if w in WORD_OPS and _operand_end(out) and _num(nxt):
@@ -122,6 +143,50 @@ def words_to_math(tokens: list[Token]) -> list[Token]:
     return out
 
 
+_MORE = {"more": "+", "less": "-", "fewer": "-"}
+
+
+def _more_than(out: list[Token], word: Token, base: Token) -> list[Token] | None:
+    """`N more than M` -> (M + N); `N% more than M` -> (M + M * N%); None when what comes
+    before the word is not one number (or one percentage), which is then taken off `out`."""
+    if out and out[-1].kind == OP and out[-1].math == "%" and len(out) > 1 and out[-2].kind == NUM:
+        amount = out[-2:]
+    elif out and out[-1].kind == NUM:
+        amount = out[-1:]
+    else:
+        return None
+    del out[-len(amount) :]
+    sign = Token(OP, _MORE[_w(word)], word.start, word.end)
+    if len(amount) == 2:  # a percentage of the base
+        times = Token(OP, "*", word.start, word.end)
+        part = [Token(NUM, base.math, base.start, base.end), times, *amount]
+    else:
+        part = amount
+    return [Token(LP, "(", amount[0].start, amount[0].start), base, sign, *part,
+            Token(RP, ")", base.end, base.end)]  # fmt: skip
+
+
+def _counts_dozens(out: list[Token], ahead: list[Token]) -> bool:
+    if not out or out[-1].kind != NUM:
+        return False
+    if len(out) > 1 and out[-2].kind == REL:
+        return True  # "= 7 dozen": the result, in dozens
+    before = []
+    for t in reversed(out[:-1]):
+        if t.kind in (WORD, BREAK) and t.math.lower() not in ("x", "times"):
+            break
+        before.append(t)
+    # the 12 that converts them is there: "4 dozen eggs * 12 = 48", "12 x 3 dozen = 36"
+    return any(t.kind == NUM and t.math == "12" for t in [*ahead, *before])
+
+
+def _proper_fraction(seg: list[Token]) -> bool:
+    """`2/5` and nothing else."""
+    if len(seg) != 3 or seg[1].math != "/" or not seg[0].kind == seg[2].kind == NUM:
+        return False
+    return "." not in seg[0].math + seg[2].math and int(seg[0].math) < int(seg[2].math)
+
+
 def _num(t: Token | None) -> bool:
     return t is not None and t.kind in (NUM, LP)
 
@@ -140,6 +205,9 @@ def _computation_before(out: list[Token]) -> bool:
         if t.kind in (WORD, BREAK):
             break
         seg.append(t)
-    # ("7% is ..." states a share, not a computation: `%` alone does not count.)
+    # ("7% is ..." states a share, not a computation: `%` alone does not count; nor does a
+    # proper fraction alone: "2/5 is equal to 12.8 hectares" is a share of something.)
+    if _proper_fraction(seg[::-1]):
+        return False
     binary = any(t.kind == OP and t.math != "%" for t in seg)
     return binary and not any(t.kind == REL for t in seg)

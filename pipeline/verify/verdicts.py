@@ -1,12 +1,11 @@
 """A check's verdicts: the values, a claim's and a step's record, and how a step's verdict
-follows from its claims' (a rounded decimal is read as meant)."""
+follows from its claims'."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from pipeline.verify.claims import ClaimLimits, Num, Relation, evaluate
 from pipeline.verify.prose import FoundClaim  # the reasons prose gives
 
 ENTAILED = "entailed"
@@ -14,7 +13,10 @@ CONTRADICTED = "contradicted"
 CONSISTENT = "consistent"
 NO_CLAIM = "no_claim"
 UNKNOWN = "unknown"
-VERDICTS = (ENTAILED, CONTRADICTED, CONSISTENT, NO_CLAIM, UNKNOWN)
+# A number found nowhere in the problem or the earlier steps (grounding.py): reported, never a
+# contradiction, so decode never backtracks on it.
+UNGROUNDED = "ungrounded"
+VERDICTS = (ENTAILED, CONTRADICTED, CONSISTENT, NO_CLAIM, UNKNOWN, UNGROUNDED)
 
 # Reasons that come with UNKNOWN (and prose's LIMIT, UNPARSEABLE).
 TIMEOUT = "timeout"
@@ -33,14 +35,21 @@ class ClaimVerdict:
     verdict: str
     reason: str = ""
     detail: str = ""
+    # How it was checked: arithmetic | identity | equation | solution (unknowns.py), or binding
+    # (a quantity given a second value, bindings.py).
+    kind: str = ""
+    # A binding's other statement: where ("the problem", "step 2") and its span there.
+    earlier_source: str = ""
+    earlier_span: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class StepVerdict:
     """The verdict on one step; `detail` is short text for people.
 
-    A step is contradicted when any claim is, entailed when every claim was read and is
-    entailed, consistent when none is refuted and one is merely consistent, else unknown."""
+    A step is contradicted when any claim is; ungrounded when none is and one uses a number
+    found nowhere before; entailed when every claim was read and is entailed, consistent when
+    none is refuted and one is merely consistent, else unknown."""
 
     verdict: str
     reason: str = ""
@@ -53,12 +62,27 @@ def _short(text: str) -> str:
     return text if len(text) <= _MAX_DETAIL else text[: _MAX_DETAIL - 3] + "..."
 
 
+def number_text(value: Fraction) -> str:
+    """`16`, `22.5`, `1/3` as people write them."""
+    if value.denominator == 1:
+        return str(value.numerator)
+    if 10**6 % value.denominator == 0:
+        return f"{float(value):g}"
+    return str(value)
+
+
 def _unread(claim: FoundClaim) -> ClaimVerdict:
     return ClaimVerdict(claim.text, claim.span, UNKNOWN, claim.reason, _short(claim.detail))
 
 
 def _step_verdict(results: tuple[ClaimVerdict, ...], n: int) -> StepVerdict:
     """One verdict for a step from its claims' (see StepVerdict)."""
+    if not results:
+        return StepVerdict(NO_CLAIM)
+    for want in (CONTRADICTED, UNGROUNDED):
+        hit = next((r for r in results if r.verdict == want), None)
+        if hit is not None:
+            return StepVerdict(want, "", hit.detail, n, results)
     for want in (CONTRADICTED, CONSISTENT):
         hit = next((r for r in results if r.verdict == want), None)
         if hit is not None and (
@@ -69,28 +93,3 @@ def _step_verdict(results: tuple[ClaimVerdict, ...], n: int) -> StepVerdict:
         return StepVerdict(ENTAILED, "", "", n, results)
     first = next(r for r in results if r.verdict not in (ENTAILED, CONSISTENT))
     return StepVerdict(UNKNOWN, first.reason, first.detail, n, results)
-
-
-def _rounded(rel: Relation, limits: ClaimLimits) -> bool:
-    """`10 / 3 = 3.33`: a decimal written to k places that the exact value rounds (or cuts)
-    to, where no k-place decimal is exact. Models write such steps meaning "about"; a
-    contradiction would roll back a right step. Never true for an exactly representable
-    value written wrong (`10 / 4 = 2.6` stays false)."""
-    if rel.op != "=" or not isinstance(rel.rhs, Num) or "." not in rel.text.rsplit("=", 1)[-1]:
-        return False
-    written = rel.text.rsplit("=", 1)[-1].strip().rstrip(".")
-    places = len(written.rsplit(".", 1)[-1]) if "." in written else 0
-    if places == 0 or not written.replace(".", "", 1).replace(",", "").lstrip("-").isdigit():
-        return False
-    exact = evaluate(rel.lhs, limits)
-    if exact is None:
-        return False
-    scaled = exact * 10**places
-    if scaled.denominator == 1:  # representable at that precision: no excuse
-        return False
-    magnitude = abs(scaled)
-    cut = magnitude.numerator // magnitude.denominator  # truncated (2/3 = 0.66)
-    nearest = cut + (magnitude - cut >= Fraction(1, 2))  # rounded half up (2/3 = 0.67)
-    written_scaled = abs(rel.rhs.value * 10**places)
-    same_sign = (exact < 0) == (rel.rhs.value < 0) or written_scaled == 0
-    return same_sign and written_scaled in (cut, nearest)

@@ -23,6 +23,7 @@ class _Build:
     guards: list[z3.BoolRef] = field(default_factory=list)
     is_nonlinear: bool = False
     max_bits: int = 0  # the largest constant's numerator or denominator
+    names: set[str] = field(default_factory=set)  # the variables used
 
 
 _local = threading.local()
@@ -50,10 +51,15 @@ _RELATE = {
 
 
 def to_z3(
-    rels: list[Relation], ctx: z3.Context, names: dict[str, z3.ArithRef], limits: ClaimLimits
+    rels: list[Relation],
+    ctx: z3.Context,
+    names: dict[str, z3.ArithRef],
+    limits: ClaimLimits,
+    guarded: bool = True,
 ) -> tuple[z3.BoolRef, _Build]:
-    """The conjunction of `rels` (with `d != 0` for each symbolic divisor d), and its traits;
-    `names` holds the Z3 variables made so far (one per claim variable, reused)."""
+    """The conjunction of `rels` (with `d != 0` for each symbolic divisor d, unless `guarded`
+    is False: the guards are then only in the build), and its traits; `names` holds the Z3
+    variables made so far (one per claim variable, reused)."""
     build = _Build()
     term = _Terms(ctx, names, limits, build)
     parts = []
@@ -61,7 +67,8 @@ def to_z3(
         lhs = term.as_z3(term(rel.lhs))
         rhs = term.as_z3(term(rel.rhs))
         parts.append(_RELATE[rel.op](lhs, rhs))
-    parts[:0] = build.guards
+    if guarded:
+        parts[:0] = build.guards
     return (parts[0] if len(parts) == 1 else z3.And(parts)), build
 
 
@@ -85,6 +92,7 @@ class _Terms:
         if isinstance(expr, Num):
             return expr.value
         if isinstance(expr, Var):
+            self.build.names.add(expr.name)
             if expr.name not in self.names:
                 self.names[expr.name] = z3.Real(expr.name, self.ctx)
             return self.names[expr.name]

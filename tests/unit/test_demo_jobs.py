@@ -31,3 +31,23 @@ def test_the_tiny_reasoner_gets_its_own_prompt_line():
     (p,) = load_problems("arith", 1, 3)
     (job,) = demo_jobs([p], 3, None)
     assert job.messages is None and job.prompt == " ".join(p.question.split())
+
+
+def test_the_summary_shows_each_jobs_contradicted_claims_and_backtracks():
+    from pipeline.local.demo import job_row, job_table
+
+    steps = [schema.StepRecord(text="4 * 7 = 28", verdict="entailed"),
+             schema.StepRecord(text="So the answer is 28.", verdict="no_claim")]  # fmt: skip
+    result = schema.Result(
+        id="demo-abc-0", status="ok", ts_ms=0, answer="28", steps=steps,
+        usage=schema.Usage(backtracks=2), budget=schema.BudgetReport(stop_reason="answer"),
+        verification=schema.VerificationReport(
+            status="partial", checks=4, claims=4, entailed=2, contradicted=2, steps=2,
+            steps_checkable=1, checkable_share=0.5),
+    )  # fmt: skip
+    row = job_row(result, "28")
+    assert row["correct"] and row["backtracks"] == 2 and row["contradicted_claims"] == 2
+    assert row["entailed"] == 1 and row["nothing_to_check"] == 1  # not counted as verified
+    head, line = job_table([row])
+    assert "contr." in head and "backtr." in head and "no claim" in head
+    assert line.split()[:9] == ["demo-abc-0", "28", "✓", "2", "1", "1", "2", "0", "2"]

@@ -14,7 +14,7 @@ from rich.console import Console
 
 from pipeline import schema
 from pipeline.client import GatewayClient, GatewayStreamError, stream_url
-from pipeline.client.stream_view import StreamView, add_arguments, job_from_args
+from pipeline.client.stream_view import StreamView, add_arguments, coverage_line, job_from_args
 
 J = "cli-0123456789ab"
 
@@ -80,10 +80,11 @@ def test_view_marks_verdicts_strikes_backtracked_steps_and_shows_the_budget():
         "   ↩ backtrack: again from step 2  (step 1 contradicted (14 * 2 is 28); resampling from "
         "step 1)",
         "  2. 14 * 2 = 28 ?",
-        "  3. Answer: 28 ✓",
+        "  3. Answer: 28 –",  # nothing to check: not a green check
         "Answer: 28",
     ]
-    assert lines[7] == (
+    assert lines[7].startswith("✓ entailed  ○ consistent  – nothing to check")
+    assert lines[8] == (
         "ok  budget 37/512 thinking tokens · stop_reason answer · 3 steps, 1 backtrack, "
         "41 tokens · 812 ms"
     )
@@ -189,3 +190,31 @@ def test_a_verdict_event_with_claims_reaches_the_row():
     out = io.StringIO()
     Console(file=out, width=100, color_system=None).print(view)
     assert "Then 2 + 2 = 5[✗]. ✗" in out.getvalue()
+
+
+def test_a_step_with_nothing_to_check_is_not_a_green_check():
+    view = StreamView("Tom has 12 apples and eats 3. How many are left?")
+    view.apply(decode(ev(0, "step", step=0, text="Tom starts with twelve apples.")))
+    view.apply(decode(ev(1, "verdict", step=0, verdict="no_claim")))
+    view.apply(decode(ev(2, "step", step=1, text="He eats 3 * 4 = 12 apples.")))
+    view.apply(decode(ev(3, "verdict", step=1, verdict="ungrounded",
+                         detail="3 * 4 = 12: 4 is not in the problem or before")))  # fmt: skip
+    view.apply(decode(ev(4, "step", step=2, text="Let x be what is left: 12 - 3 = x.")))
+    view.apply(decode(ev(5, "verdict", step=2, verdict="consistent")))
+    view.apply(schema.Result(
+        id=J, status="ok", ts_ms=0, verification=schema.VerificationReport(
+            status="partial", checks=3, claims=2, consistent=1, ungrounded=1, steps=3,
+            steps_checkable=2, checkable_share=2 / 3),
+    ))  # fmt: skip
+    lines = render(view).splitlines()
+    assert lines[1] == "  1. Tom starts with twelve apples. –"
+    assert lines[2].startswith("  2. He eats 3 * 4 = 12 apples. ⚑  3 * 4 = 12: 4 is not")
+    assert lines[3] == "  3. Let x be what is left: 12 - 3 = x. ○"
+    assert "✓" not in "".join(lines[1:4])  # nothing here was entailed
+    covered = " ".join(lines[4:6])  # (wrapped at the console's width)
+    assert covered.startswith("partial: 2/3 steps checkable · 0 of 2 claims entailed, 1 cons")
+    assert "0 contradicted, 1 ungrounded, 0 unreadable" in covered
+    nothing = schema.VerificationReport(status="nothing_checkable", steps=1)
+    assert "nothing checkable" in coverage_line(nothing)
+    green = render(view, ansi=True).splitlines()[1]
+    assert "\x1b[32m" not in green  # no green on a step with nothing to check

@@ -18,6 +18,7 @@ from pipeline.verify.checker import (
     ENTAILED,
     NO_CLAIM,
     UNKNOWN,
+    VERDICTS,
     Checker,
     StepVerdict,
     check_step,
@@ -157,7 +158,7 @@ def test_no_z3_context_for_pure_arithmetic():
     for step in ("12 * 7 = 10 * 7 + 2 * 7 = 70 + 14 = 84", "Answer: 84"):
         checker.check(step)
         checker.accept(step)
-    assert checker._ctx is None
+    assert checker.state._ctx is None
 
 
 # ---- adversarial input -----------------------------------------------------------------------
@@ -357,7 +358,7 @@ def _bounded_check(step: str) -> None:
     start = time.perf_counter()
     result = _FUZZ_CHECKER.check(step)
     assert time.perf_counter() - start < 1.0
-    assert result.verdict in {ENTAILED, CONTRADICTED, CONSISTENT, NO_CLAIM, UNKNOWN}
+    assert result.verdict in VERDICTS
 
 
 @_FUZZ
@@ -385,5 +386,5 @@ def test_cached_checkers_share_one_z3_context():
     checker_mod.clear_cache()
     for i in range(3):
         check_step(f"Solve for x: {i + 2}x = {2 * (i + 2)}.", (), (), "x = 2")
-    contexts = {id(c._ctx) for c in checker_mod._cache.values()}
+    contexts = {id(c.state._ctx) for c in checker_mod._cache.values()}
     assert len(checker_mod._cache) == 3 and len(contexts) == 1 and None not in contexts

@@ -169,7 +169,7 @@ async def test_a_job_with_verification_on_runs_in_the_format(stack):
         id=f"fmt-{uuid.uuid4().hex[:8]}",
         messages=[schema.Message(role="user", content=FORMAT_QUESTION)],
         params=schema.JobParams(
-            temperature=0.0, max_tokens=200, thinking_budget=64, verify="async"
+            temperature=0.0, max_tokens=200, max_thinking_tokens=64, verify="async"
         ),
         chat_template_kwargs=THINKING_ON.get(name),
     )

@@ -71,7 +71,7 @@ def test_answer_key_follows_the_template_kwargs_and_the_thinking_budget():
     assert c.answer_key(job(prompt="x", chat_template_kwargs=both), "m") == c.answer_key(
         job(prompt="x", chat_template_kwargs=flipped), "m"
     )
-    capped = job(prompt="What is 2 + 2?", params={"temperature": 0.0, "thinking_budget": 64})
+    capped = job(prompt="What is 2 + 2?", params={"temperature": 0.0, "max_thinking_tokens": 64})
     assert c.answer_key(capped, "m") != base  # reasoning_effort caps the thinking
 
 

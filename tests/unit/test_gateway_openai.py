@@ -63,10 +63,10 @@ def test_chat_template_kwargs_and_reasoning_effort_reach_the_template():
     assert low.chat_template_kwargs == {"reasoning_effort": "low", "enable_thinking": True}
     none = job(reasoning_effort="none")
     assert none.chat_template_kwargs["enable_thinking"] is False
-    assert none.params.thinking_budget is None  # the template switches it off; no cap
+    assert none.params.max_thinking_tokens is None  # the template switches it off; no cap
     kept = job(reasoning_effort="none", chat_template_kwargs={"enable_thinking": True})
     assert kept.chat_template_kwargs["enable_thinking"] is True  # the request's own wins
-    assert job(reasoning_effort="minimal").params.thinking_budget == 64
+    assert job(reasoning_effort="minimal").params.max_thinking_tokens == 64
 
 
 @pytest.mark.parametrize(

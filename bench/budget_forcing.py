@@ -5,7 +5,7 @@
 
 The same held-out problems and sampling seeds at every budget, verification off, so the only
 difference is where the thinking is cut: when a budget runs out the decoder closes the thinking
-and writes the format's answer prefix (pipeline/decode/driver.py), never truncates. Per budget:
+and writes the format's answer prefix (pipeline/reasoning/driver.py), never truncates. Per budget:
 accuracy, the share of answers that were forced, and whether the forced ones are well-formed in
 the model's format (the thinking closed, the answer after it, found by the format's finder;
 for a boxed prefix, the box closed). The no-budget run is the ceiling. The last line is JSON.
@@ -21,27 +21,26 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline.decode.reasoning import ReasoningConfig  # noqa: E402
-from pipeline.engine import SamplingParams  # noqa: E402
-from pipeline.engine.prepare import resolve_model  # noqa: E402
 from pipeline.evals import answers_match  # noqa: E402
-from pipeline.evals.backends import EngineBackend  # noqa: E402
+from pipeline.evals.completers import EngineCompleter  # noqa: E402
 from pipeline.evals.runner import eval_prompts  # noqa: E402
 from pipeline.evals.tasks import load_problems  # noqa: E402
 from pipeline.evals.verified import generate_verified  # noqa: E402
+from pipeline.models.resolve import resolve_model  # noqa: E402
+from pipeline.schema import JobParams  # noqa: E402
 
 
 def run_budget(backend, problems, prompts, budget: int | None, args) -> dict:
     engine, fmt = backend.engine, backend.engine.reasoning_format
     params = [
-        SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens, seed=i)
+        JobParams(temperature=args.temperature, max_tokens=args.max_tokens, seed=i,
+                  verify="off", max_thinking_tokens=budget)
         for i in range(len(problems))
-    ]
-    config = ReasoningConfig(verify="off", max_thinking_tokens=budget, format=fmt)
+    ]  # fmt: skip
     t0 = time.perf_counter()
     questions = [p.question for p in problems]
     outs = generate_verified(
-        engine, prompts, [()] * len(problems), params, config, None, questions=questions
+        engine, prompts, [()] * len(problems), params, None, questions=questions
     )
     wall = time.perf_counter() - t0
     right = forced = formed = 0
@@ -75,7 +74,7 @@ def main() -> None:
     args = ap.parse_args()
 
     problems = [p for t in args.tasks.split(",") for p in load_problems(t, args.n, args.seed)]
-    backend = EngineBackend(resolve_model(args.model))
+    backend = EngineCompleter(resolve_model(args.model))
     prompts = eval_prompts(problems, backend, backend.engine.reasoning_format)
     budgets = [int(b) for b in args.budgets.split(",")]
     rows = [run_budget(backend, problems, prompts, b, args) for b in [*budgets, None]]

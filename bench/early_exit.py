@@ -38,39 +38,33 @@ POLICIES = {
 
 
 def run(args, verify: str, policy: tuple[int, float | None] | None) -> dict:
-    from pipeline.decode.reasoning import ReasoningConfig
-    from pipeline.engine import SamplingParams
-    from pipeline.engine.prepare import resolve_model
-    from pipeline.evals.backends import EngineBackend
+    from pipeline.evals.completers import EngineCompleter
     from pipeline.evals.runner import eval_prompts
     from pipeline.evals.tasks import load_problems, score
     from pipeline.evals.verified import generate_verified
+    from pipeline.models.resolve import resolve_model
+    from pipeline.schema import JobParams
     from pipeline.verify.local import LocalVerifier
 
     n = args.n
     problems = load_problems(args.tasks, n, 0)
-    backend = EngineBackend(resolve_model(args.model))
+    backend = EngineCompleter(resolve_model(args.model))
     engine, fmt = backend.engine, backend.engine.reasoning_format
     prompts = eval_prompts(problems, backend, fmt)
     params = [
-        SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens, seed=i)
+        JobParams(temperature=args.temperature, max_tokens=args.max_tokens, seed=i,
+                  verify=verify, early_exit=policy is not None)
         for i in range(n)
-    ]
+    ]  # fmt: skip
     agree, confidence = policy or (2, None)
-    cfg = ReasoningConfig(
-        verify=verify,
-        early_exit=policy is not None,
-        probe_agree=agree,
-        probe_confidence=confidence,
-        format=fmt,
-    )
+    reasoning = {"probe_agree": agree, "probe_confidence": confidence}
     verifier = LocalVerifier() if verify != "off" else None
     t0 = time.perf_counter()
     try:
         premises = [tuple(p.premises) for p in problems]
         questions = [p.question for p in problems]
         outs = generate_verified(
-            engine, prompts, premises, params, cfg, verifier, questions=questions
+            engine, prompts, premises, params, verifier, questions=questions, reasoning=reasoning
         )
     finally:
         if verifier is not None:

@@ -177,12 +177,12 @@ def run_vllm(
 def run_vllm_backend(
     path: Path, dtype: str, reqs: list[BenchRequest], threads: int
 ) -> SideResult | str:
-    """The vLLM column through Stepwise's backend (pipeline/vllm/backend.py): a vLLM
+    """The vLLM column through Stepwise's backend (pipeline/vllm/engine.py): a vLLM
     OpenAI server, one streamed completion per step of each request (resubmitted at every
     step delimiter, as the pipeline runs it), token ids over HTTP."""
     from pipeline.config import EngineConfig
     from pipeline.engine import SamplingParams
-    from pipeline.vllm.backend import VLLMEngine
+    from pipeline.vllm.engine import VLLMEngine
     from pipeline.vllm.server import VLLMError, VLLMServer, VLLMServerConfig
 
     max_len = PROMPT_LEN[1] + OUTPUT_LEN[1] + 64
@@ -716,7 +716,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if str(ROOT) not in sys.path:  # run as a script from a checkout, not installed
         sys.path.insert(0, str(ROOT))
-    from pipeline.engine.prepare import resolve_model
+    from pipeline.models.resolve import resolve_model
 
     path = random_model(args.random_model) if args.random_model else resolve_model(args.model)
     dims = model_dims(path)

@@ -348,7 +348,7 @@ def main() -> int:
     )
     args = ap.parse_args()
 
-    from pipeline import settings
+    from pipeline.config import PipelineConfig
     from pipeline.local.services import free_port
     from pipeline.local.stack import Stack
 
@@ -361,7 +361,7 @@ def main() -> int:
         "ingest", "prefill", "decode", "verify", "gateway",
     )  # fmt: skip
     log_dir = tempfile.mkdtemp(prefix="gateway-load-")
-    config = settings.current().pipeline(model="tiny-reasoner", dtype="float32")
+    config = PipelineConfig.from_settings(model="tiny-reasoner", dtype="float32")
     started = time.time()
     with Stack(config, workers=workers, log_dir=log_dir) as stack:
         wait_healthy(port)

@@ -25,10 +25,10 @@ from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline.engine.prepare import resolve_model  # noqa: E402
-from pipeline.evals.backends import EngineBackend  # noqa: E402
+from pipeline.evals.completers import EngineCompleter  # noqa: E402
 from pipeline.evals.runner import prompts_for  # noqa: E402
 from pipeline.formats import format_for  # noqa: E402
+from pipeline.models.resolve import resolve_model  # noqa: E402
 from pipeline.verify.offline import split_text  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "gsm8k"
@@ -57,7 +57,7 @@ def main() -> int:
     problems = [json.loads(line) for line in (DATA / "test_500.jsonl").open()][: args.n]
     model_dir = resolve_model(args.model)
     fmt = format_for(model_dir, None)
-    backend = EngineBackend(model_dir)
+    backend = EngineCompleter(model_dir)
     prompts = prompts_for(
         [SimpleNamespace(question=p["question"]) for p in problems], backend.engine.tokenizer, fmt
     )

@@ -25,8 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline import schema, settings  # noqa: E402
+from pipeline import schema  # noqa: E402
 from pipeline.client import StepwiseClient  # noqa: E402
+from pipeline.config import PipelineConfig  # noqa: E402
 from pipeline.local.stack import WORKERS, Stack  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -91,7 +92,7 @@ def main() -> None:
     args = ap.parse_args()
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    config = settings.current().pipeline(model=args.model, dtype="float32")
+    config = PipelineConfig.from_settings(model=args.model, dtype="float32")
     log_dir = tempfile.mkdtemp(prefix="bench-idle-")
     with Stack(config, workers=WORKERS, log_dir=log_dir) as stack:
         asyncio.run(warm_up(stack.services.bootstrap_servers, config.topic_prefix))

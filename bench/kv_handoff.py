@@ -40,7 +40,7 @@ import time
 import torch
 
 from pipeline.engine import Engine, EngineConfig, Request, SamplingParams
-from pipeline.engine.prepare import resolve_model
+from pipeline.models.resolve import resolve_model
 from pipeline.transfer import mooncake
 from pipeline.transfer.base import ExportPool
 from pipeline.transfer.shm import ShmTransport

@@ -41,15 +41,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline import schema, settings  # noqa: E402
+from pipeline import schema  # noqa: E402
 from pipeline.bus import BusConfig  # noqa: E402
 from pipeline.client import StepwiseClient  # noqa: E402
-from pipeline.config import EngineConfig  # noqa: E402
+from pipeline.config import EngineConfig, PipelineConfig  # noqa: E402
 from pipeline.engine import Engine, Request, SamplingParams  # noqa: E402
-from pipeline.engine.prepare import resolve_model  # noqa: E402
 from pipeline.evals.tasks import load_problems  # noqa: E402
 from pipeline.local import services  # noqa: E402
 from pipeline.local.stack import WORKERS, Stack  # noqa: E402
+from pipeline.models.resolve import resolve_model  # noqa: E402
 from pipeline.telemetry import gcstats  # noqa: E402
 
 MAX_TOKENS = 256
@@ -293,7 +293,7 @@ def main() -> None:
     print(f"engine-only: {args.n} jobs ...", flush=True)
     eng = engine_only(args.model, problems, args.threads)
     os.environ["OMP_NUM_THREADS"] = "1"  # worker processes: one torch thread each
-    config = settings.current().pipeline(model=args.model, dtype="float32")
+    config = PipelineConfig.from_settings(model=args.model, dtype="float32")
     print(f"pipeline: {args.n} jobs (verify={args.verify}) ...", flush=True)
     import tempfile
 

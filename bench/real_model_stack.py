@@ -25,8 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline import schema, settings  # noqa: E402
+from pipeline import schema  # noqa: E402
 from pipeline.client import StepwiseClient  # noqa: E402
+from pipeline.config import PipelineConfig  # noqa: E402
 from pipeline.evals import answers_match  # noqa: E402
 from pipeline.evals.runner import PLAIN_INSTRUCTION  # noqa: E402
 from pipeline.evals.tasks import load_problems  # noqa: E402
@@ -115,7 +116,7 @@ def main() -> None:
     args = ap.parse_args()
 
     problems = load_problems("word", args.n, args.seed)
-    config = settings.current().pipeline(model=args.model)
+    config = PipelineConfig.from_settings(model=args.model)
     sides = [args.verify, *(["off"] if args.compare else [])]
     out: dict = {"bench": "real_model_stack", "model": args.model, "n": args.n}
     with Stack(config, log_dir=tempfile.mkdtemp(prefix="stepwise-real-")) as stack:

@@ -44,6 +44,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from aiokafka import AIOKafkaConsumer  # noqa: E402
+
+from pipeline import schema  # noqa: E402
+from pipeline.client import StepwiseClient  # noqa: E402
+from pipeline.config import PipelineConfig  # noqa: E402
+from pipeline.evals import answers_match  # noqa: E402
+from pipeline.evals.runner import answer_instruction  # noqa: E402
+from pipeline.evals.tasks import load_problems  # noqa: E402
+from pipeline.formats import format_for  # noqa: E402
+from pipeline.local.demo import problem_job  # noqa: E402
+from pipeline.local.stack import Stack  # noqa: E402
+from pipeline.models.resolve import resolve_model  # noqa: E402
+from pipeline.topics import Topics  # noqa: E402
+
 ATTAINMENT = 0.9  # DistServe: goodput is the highest rate with >= 90% of jobs within the SLO
 
 
@@ -76,8 +90,6 @@ def arrivals(rate: float, phase_s: float, seed: int) -> list[float]:
 
 
 def make_job(p, i: int, args, instruction: str | None):
-    from pipeline import schema
-    from pipeline.local.demo import problem_job
 
     params = schema.JobParams(seed=i, stream="none", temperature=args.temperature)
     job = problem_job(p, f"slo-{uuid.uuid4().hex[:8]}-{i}", params, instruction)
@@ -88,11 +100,6 @@ def make_job(p, i: int, args, instruction: str | None):
 async def drive(bootstrap, prefix, problems, phases, drain_s, args, instruction) -> list:
     """Each phase (rate, arrival offsets, first problem index) in turn, drained before the
     next; returns (rate, problem, latency_s | inf, result | None) per job."""
-    from aiokafka import AIOKafkaConsumer
-
-    from pipeline import schema
-    from pipeline.client import StepwiseClient
-    from pipeline.topics import Topics
 
     topics = Topics(prefix)
     results: dict[str, tuple[float, schema.Result]] = {}
@@ -148,7 +155,6 @@ def refused(result) -> bool:
 
 
 def summarize(rows, rates, slo_s, phase_s: float) -> list[dict]:
-    from pipeline.evals import answers_match
 
     table = []
     for rate in rates:
@@ -190,8 +196,6 @@ def goodput(table: list[dict]) -> dict | None:
 
 
 def run_stack(mode: str, args, problems, phases, instruction) -> list[dict]:
-    from pipeline import settings
-    from pipeline.local.stack import Stack
 
     workers = ("ingest", "prefill", "decode", "verify")
     if mode == "controller":
@@ -202,7 +206,7 @@ def run_stack(mode: str, args, problems, phases, instruction) -> list[dict]:
     os.environ["STEPWISE_SLO_MS"] = str(args.slo_ms)  # the budget worker's interactive SLO
     if args.min_thinking_tokens:
         os.environ["STEPWISE_MIN_THINKING_TOKENS"] = str(args.min_thinking_tokens)
-    config = settings.current().pipeline(model=args.model, dtype="float32")
+    config = PipelineConfig.from_settings(model=args.model, dtype="float32")
     rates = [r for r, _, _ in phases]
     with Stack(config, workers=workers, log_dir=log_dir) as stack:
         bootstrap = stack.services.bootstrap_servers
@@ -232,16 +236,14 @@ def run_stack(mode: str, args, problems, phases, instruction) -> list[dict]:
 def measure_capacity(args, problems, instruction) -> float:
     """What the fixed budget serves: `--capacity` jobs at once on a fixed stack, jobs/s from
     the first submit to the last Result."""
-    from pipeline import settings
-    from pipeline.local.stack import Stack
 
     for name in ("STEPWISE_KAFKA", "STEPWISE_REDIS"):
         os.environ.pop(name, None)
-    config = settings.current().pipeline(model=args.model, dtype="float32")
+    config = PipelineConfig.from_settings(model=args.model, dtype="float32")
     log_dir = tempfile.mkdtemp(prefix="stepwise-slo-capacity-")
     with Stack(config, workers=("ingest", "prefill", "decode", "verify"), log_dir=log_dir) as st:
         bootstrap = st.services.bootstrap_servers
-        warm = [(1.0, arrivals(1.0, args.warmup_s, 1), 10_000)]
+        warm = [(0.25, arrivals(0.25, args.warmup_s, 1), 10_000)]  # light: all done before
         asyncio.run(drive(bootstrap, config.topic_prefix, problems, warm, args.drain_s, args,
                           instruction))  # fmt: skip
         burst = [(0.0, [0.0] * args.capacity, 20_000)]
@@ -305,10 +307,6 @@ def main() -> int:
     )
     ap.add_argument("--plot", default=str(Path(__file__).with_name("slo_load.png")))
     args = ap.parse_args()
-    from pipeline.engine.prepare import resolve_model
-    from pipeline.evals.runner import answer_instruction
-    from pipeline.evals.tasks import load_problems
-    from pipeline.formats import format_for
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     fmt = format_for(resolve_model(args.model), None)

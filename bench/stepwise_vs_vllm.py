@@ -13,7 +13,7 @@ not through Kafka: on 2 cores the broker, Redis and Celery would cost more than 
 blur the figure.
 
 Sides: `native` (our engine: a rollback truncates the KV in place, the sequence never leaves
-the batch unless paused); `vllm-step` (pipeline/vllm/backend.py as the pipeline runs it:
+the batch unless paused); `vllm-step` (pipeline/vllm/engine.py as the pipeline runs it:
 one streamed completion per step, stopped at the delimiter, the prefix resubmitted for the next
 step and after every backtrack, served from vLLM's prefix cache); `vllm-stream` (the same
 backend with one stream per sequence, cut only by a backtrack). The vLLM server starts once
@@ -36,15 +36,15 @@ import os
 import time
 from pathlib import Path
 
-from pipeline.config import EngineConfig
-from pipeline.decode.reasoning import ReasoningConfig
+from pipeline.config import EngineConfig, PipelineConfig
 from pipeline.engine import Engine, SamplingParams
-from pipeline.engine.prepare import resolve_model
 from pipeline.evals import tasks
 from pipeline.evals.problems import format_prompt
 from pipeline.evals.verified import generate_verified
+from pipeline.models.resolve import resolve_model
+from pipeline.schema import JobParams
 from pipeline.verify.local import LocalVerifier
-from pipeline.vllm.backend import VLLMEngine
+from pipeline.vllm.engine import VLLMEngine
 from pipeline.vllm.server import VLLMServer, VLLMServerConfig
 
 MAX_NUM_SEQS = 64
@@ -57,16 +57,23 @@ def pct(values: list[float], q: float) -> float:
 
 def run_side(engine, name: str, problems, args, verifier) -> dict:
     prompts = [format_prompt(p) for p in problems]  # as `stepwise eval` sends them
-    config = ReasoningConfig(verify=args.verify, max_retries=4, max_backtracks=8)
+    pipeline = PipelineConfig(max_retries=4, max_backtracks=8)
     params = [
-        SamplingParams(temperature=0.7, max_tokens=args.max_tokens, seed=args.seed * 1000 + i)
+        JobParams(temperature=0.7, max_tokens=args.max_tokens, seed=args.seed * 1000 + i,
+                  verify=args.verify)
         for i in range(len(problems))
-    ]
+    ]  # fmt: skip
     stats: dict = {}
     subs = (getattr(engine, "num_submissions", 0), getattr(engine, "num_resubmitted_tokens", 0))
     t0 = time.perf_counter()
     comps = generate_verified(
-        engine, prompts, [tuple(p.premises) for p in problems], params, config, verifier, stats
+        engine,
+        prompts,
+        [tuple(p.premises) for p in problems],
+        params,
+        verifier,
+        stats=stats,
+        pipeline=pipeline,
     )
     wall = time.perf_counter() - t0
     lat = stats["finish_s"]

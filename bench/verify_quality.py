@@ -34,7 +34,7 @@ def make_engine(args):
     import torch
 
     from pipeline.engine import Engine, EngineConfig
-    from pipeline.engine.prepare import resolve_model
+    from pipeline.models.resolve import resolve_model
 
     torch.set_num_threads(1)
     model = str(resolve_model(args.model))
@@ -42,25 +42,24 @@ def make_engine(args):
 
 
 def run_mode(mode, problems, prompts, args, verifier) -> dict:
-    from pipeline.decode.reasoning import ReasoningConfig
-    from pipeline.engine import SamplingParams
+    from pipeline.config import PipelineConfig
     from pipeline.evals import tasks
     from pipeline.evals.verified import generate_verified
+    from pipeline.schema import JobParams
 
     engine = make_engine(args)
     fmt = engine.reasoning_format
     params = [
-        SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens, seed=s)
+        JobParams(temperature=args.temperature, max_tokens=args.max_tokens, seed=s, verify=mode)
         for s in range(args.seed * 1_000_003, args.seed * 1_000_003 + len(prompts))
     ]
-    config = ReasoningConfig(
-        verify=mode, max_retries=args.max_retries, max_backtracks=args.max_backtracks, format=fmt
-    )
+    pipeline = PipelineConfig(max_retries=args.max_retries, max_backtracks=args.max_backtracks)
     stats: dict = {}
     t0 = time.perf_counter()
     outs = generate_verified(
-        engine, prompts, [p.premises for p in problems], params, config,
-        verifier if mode != "off" else None, stats, [p.question for p in problems],
+        engine, prompts, [p.premises for p in problems], params,
+        verifier if mode != "off" else None, stats=stats,
+        questions=[p.question for p in problems], pipeline=pipeline,
     )  # fmt: skip
     wall = time.perf_counter() - t0
     engine.close()
@@ -96,10 +95,10 @@ def median_row(rows: list[dict]) -> dict:
 
 
 def compare(label: str, problems, args, verifier) -> dict:
-    from pipeline.engine.prepare import resolve_model
     from pipeline.engine.tokenizer import Tokenizer
     from pipeline.evals.runner import prompts_for
     from pipeline.formats import format_for
+    from pipeline.models.resolve import resolve_model
 
     # The prompts as `stepwise eval` builds them for this model (its tokenizer and format).
     model = resolve_model(args.model)
@@ -176,7 +175,7 @@ def main() -> int:
     ap.add_argument("--modes", default="off,async,strict", help="comma list, off included")
     ap.add_argument("--repeats", type=int, default=1, help="runs per mode (medians reported)")
     args = ap.parse_args()
-    from pipeline.decode.reasoning import ReasoningConfig
+    from pipeline.reasoning.machine import ReasoningConfig
 
     defaults = ReasoningConfig()
     args.max_retries = defaults.max_retries if args.max_retries is None else args.max_retries

@@ -1,10 +1,15 @@
-"""Configuration objects, one per concern. This module is the one source of defaults."""
+"""Configuration objects of the contract, one per concern, each setting declared beside its field
+(pipeline/settings.py): the engine's load options, the pipeline's services and stages, and the
+runtime's process-wide switches."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pipeline.settings import Settings, build, current, declared, parse_bool, setting
+
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+ENGINES = ("native", "vllm")
 
 
 DEFAULT_BLOCK_SIZE = 16  # tokens per KV block (ingest hashes prompts with it)
@@ -52,42 +57,147 @@ class EngineConfig:
 
 
 KV_TRANSPORTS = ("shm_pool", "shm", "cuda_ipc", "mooncake")
+KERNEL_CHOICES = ("auto", "triton", "torch")
 
 
+@declared
 @dataclass(slots=True)
 class PipelineConfig:
-    """Where the pipeline's services are and how its stages behave (built by pipeline.settings)."""
+    """Where the pipeline's services are and how its stages behave (every STEPWISE_* setting of
+    the services and pipeline concerns is a field here: pipeline/settings.py)."""
 
-    kafka: str = ""  # bootstrap servers; empty: `stepwise up` starts an embedded broker
-    redis: str = ""  # URL; empty: `stepwise up` starts an embedded redis-server
-    topic_prefix: str = "stepwise."
-    model: str = "tiny-reasoner"  # a path or a known name (see `stepwise models list`)
-    reasoning_format: str = ""  # empty: detected from the model (docs/reasoning-formats.md)
-    dtype: str = "auto"
-    worker_id: str = ""  # default: <stage>-<host>-<pid>
+    kafka: str = setting(
+        "",
+        env="KAFKA",
+        concern="services",
+        help="Kafka bootstrap servers; empty: `stepwise up` embeds a broker",
+    )
+    redis: str = setting(
+        "",
+        env="REDIS",
+        concern="services",
+        help="Redis URL; empty: `stepwise up` starts an embedded one",
+    )
+    topic_prefix: str = setting(
+        "stepwise.",
+        env="TOPIC_PREFIX",
+        concern="services",
+        help="prefix of every topic and Redis key",
+    )
+    model: str = setting(
+        "tiny-reasoner",
+        env="MODEL",
+        concern="pipeline",
+        flag="--model",
+        help="a model path or a bundled name (`stepwise models list`)",
+    )
+    reasoning_format: str = setting(
+        "",
+        env="REASONING_FORMAT",
+        concern="pipeline",
+        flag="--reasoning-format",
+        help="how the model writes its reasoning (docs/reasoning-formats.md); empty: detected",
+    )
+    dtype: str = setting("auto", env="DTYPE", concern="pipeline", choices=DTYPES,
+                         help="weights' dtype")  # fmt: skip
+    worker_id: str = setting(
+        "",
+        env="WORKER_ID",
+        concern="pipeline",
+        help="this worker's id; empty: <stage>-<host>-<pid>",
+    )
     # shm_pool: decode copies blocks straight out of prefill's pool (one copy; CPU engines);
     # shm: prefill copies them into a buffer, decode out of it; cuda_ipc: the same on a GPU;
     # mooncake: shm_pool's pool also served over Mooncake's transfer engine, so a decode worker
     # on another host reads the blocks over TCP (docs/kv-transfer.md).
-    kv_transport: str = "shm_pool"
-    mooncake_host: str = ""  # the address decode reaches prefill's engine at; empty: this host's
-    kv_read_timeout_ms: int = 2000  # decode: a remote KV read's deadline, then it re-prefills
-    export_pool_mb: int = 512  # prefill: bytes of KV leased out at once (backpressure above)
-    kv_lease_ms: int = 30_000  # prefill keeps an export this long unless the importer acks
+    kv_transport: str = setting(
+        "shm_pool",
+        env="KV_TRANSPORT",
+        concern="pipeline",
+        choices=KV_TRANSPORTS,
+        help="prefill -> decode KV handoff",
+    )
+    mooncake_host: str = setting(
+        "",
+        env="MOONCAKE_HOST",
+        concern="pipeline",
+        help="KV_TRANSPORT mooncake: the address other hosts reach this worker's engine at; "
+        "empty: this host's",
+    )
+    kv_read_timeout_ms: int = setting(
+        2000,
+        env="KV_READ_TIMEOUT_MS",
+        concern="pipeline",
+        help="decode: deadline of a remote (mooncake) KV read; past it the job is prefilled again",
+    )
+    export_pool_mb: int = setting(
+        512,
+        env="EXPORT_POOL_MB",
+        concern="pipeline",
+        help="prefill: KV leased out at once (MiB; backpressure above)",
+    )
+    kv_lease_ms: int = setting(
+        30_000,
+        env="KV_LEASE_MS",
+        concern="pipeline",
+        help="prefill keeps an unacked export this long",
+    )
     job_state_ttl_s: int = 24 * 3600  # dedupe / done markers in Redis
-    max_prefill_batch: int = 16  # prefill: jobs prefilled together
-    max_decode_seqs: int = 64  # decode: sequences in the running batch
-    default_max_steps: int = 64  # budget when the controller has published none (issue 6)
+    max_prefill_batch: int = setting(
+        16, env="MAX_PREFILL_BATCH", concern="pipeline", help="prefill: jobs prefilled together"
+    )
+    max_decode_seqs: int = setting(
+        64, env="MAX_DECODE_SEQS", concern="pipeline", help="decode: sequences in the running batch"
+    )
+    default_max_steps: int = 64  # budget when the controller has published none
     default_max_thinking_tokens: int = 512
     drain_timeout_s: float = 30.0  # SIGTERM: how long in-flight work may take to finish
-    verdict_timeout_s: float = 10.0  # decode: a step whose verdict is this late is `unknown`
-    max_retries: int = 8  # decode: resamples of a contradicted step (then the step before it)
-    max_backtracks: int = 32  # decode: per job, then it finishes as unverified
-    engine: str = "native"  # native | vllm (prefill and decode; docs/vllm.md)
-    vllm_url: str = ""  # engine vllm: a running vLLM OpenAI server; empty: each worker starts one
+    verdict_timeout_s: float = setting(
+        10.0,
+        env="VERDICT_TIMEOUT_S",
+        concern="pipeline",
+        help="decode: a later verdict counts as unknown",
+    )
+    max_retries: int = setting(
+        8,
+        env="MAX_RETRIES",
+        concern="pipeline",
+        help="decode: resamples of a contradicted step (then the step before it)",
+    )
+    max_backtracks: int = setting(
+        32,
+        env="MAX_BACKTRACKS",
+        concern="pipeline",
+        help="decode: backtracks per job, then it finishes as unverified",
+    )
+    engine: str = setting(
+        "native",
+        env="ENGINE",
+        concern="pipeline",
+        choices=ENGINES,
+        flag="--engine",
+        help="prefill/decode engine (docs/vllm.md)",
+    )
+    vllm_url: str = setting(
+        "",
+        env="VLLM_URL",
+        concern="pipeline",
+        help="engine vllm: a running vLLM server; empty: each worker starts one",
+    )
     # decode: its engine core in a process of its own (off the event loop's GIL), or on a
     # thread of the worker (tests that patch the core in-process)
-    decode_core: str = "process"
+    decode_core: str = setting(
+        "process",
+        env="DECODE_CORE",
+        concern="pipeline",
+        choices=("process", "thread"),
+        help="decode's engine core: a process of its own or a thread",
+    )
+
+    @classmethod
+    def from_settings(cls, source: Settings | None = None, **overrides: object) -> PipelineConfig:
+        """The pipeline's config from the process's settings (`overrides` on top)."""
+        return build(cls, source, **overrides)
 
     def __post_init__(self) -> None:
         if self.kv_transport not in KV_TRANSPORTS:
@@ -98,7 +208,78 @@ class PipelineConfig:
             raise ValueError(f"kv_read_timeout_ms must be positive, got {self.kv_read_timeout_ms}")
         if self.export_pool_mb < 1 or self.max_prefill_batch < 1 or self.max_decode_seqs < 1:
             raise ValueError("pool size and batch sizes must be positive")
-        if self.engine not in ("native", "vllm"):
+        if self.engine not in ENGINES:
             raise ValueError(f"engine must be native or vllm, got {self.engine!r}")
         if self.decode_core not in ("process", "thread"):
             raise ValueError(f"decode_core must be process or thread, got {self.decode_core!r}")
+
+
+@declared
+@dataclass(frozen=True, slots=True)
+class RuntimeConfig:
+    """The runtime's process-wide switches: read deep in the engine, the kernels, the model
+    cache and the workers (`runtime()`), never passed down a call chain."""
+
+    kernels: str = setting("auto", env="KERNELS", concern="engine", choices=KERNEL_CHOICES,
+                           help="kernel implementations")  # fmt: skip
+    kernels_dir: str = setting(
+        "~/.cache/stepwise/kernels",
+        env="KERNELS_DIR",
+        concern="engine",
+        help="where the C kernels are built",
+    )
+    kernels_cflags: str = setting(
+        "",
+        env="KERNELS_CFLAGS",
+        concern="engine",
+        help="extra C flags for the kernels (e.g. -mno-avx512f)",
+    )
+    cuda_graphs: bool = setting(
+        True,
+        env="CUDA_GRAPHS",
+        concern="engine",
+        help="capture decode steps as CUDA graphs (CUDA + Triton)",
+    )
+    models_dir: str = setting(
+        "~/.cache/stepwise/models",
+        env="MODELS_DIR",
+        concern="engine",
+        help="prepared models' cache folder",
+    )
+    gc_freeze: bool = setting(
+        True,
+        env="GC_FREEZE",
+        concern="engine",
+        help="freeze what a worker loaded out of the collector",
+    )
+    vllm_python: str = setting(
+        "",
+        env="VLLM_PYTHON",
+        concern="engine",
+        help="an interpreter that imports vllm; empty: .venv-vllm, else this one",
+    )
+
+
+_runtime: tuple[object, RuntimeConfig] | None = None
+
+
+def runtime() -> RuntimeConfig:
+    """The process's runtime switches, from its installed settings (rebuilt when they change)."""
+    global _runtime
+    source = current()
+    if _runtime is None or _runtime[0] is not source:
+        _runtime = (source, build(RuntimeConfig, source))
+    return _runtime[1]
+
+
+__all__ = [
+    "DEFAULT_BLOCK_SIZE",
+    "DTYPES",
+    "ENGINES",
+    "KV_TRANSPORTS",
+    "EngineConfig",
+    "PipelineConfig",
+    "RuntimeConfig",
+    "parse_bool",
+    "runtime",
+]

@@ -47,6 +47,12 @@ class KVPoolExhaustedError(StepwiseError):
     code = "kv_pool_exhausted"
 
 
+class ServiceError(StepwiseError):
+    """A service binary is missing, or a service did not start or answer in time."""
+
+    code = "service_unavailable"
+
+
 class OverloadedError(StepwiseError):
     """Refused at admission: the budget controller sheds load, because even the smallest
     budget could not hold the class's SLO (docs/budget.md). Worth sending again after

@@ -33,10 +33,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline.engine.lora import TARGETS, adapter_state, add_lora  # noqa: E402
 from pipeline.evals.generators import make_problem  # noqa: E402
 from pipeline.evals.problems import TRAIN_SEED_BASE, split_of  # noqa: E402
 from pipeline.evals.r1_style import r1_trace  # noqa: E402
+from tools.lora import TARGETS, adapter_state, add_lora  # noqa: E402
 
 # The broader curriculum (pipeline/evals/curriculum.py beside the tiny reasoner's families).
 MIX = (("arith", 0.15), ("product", 0.15), ("signed", 0.12), ("linear", 0.14),
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from pipeline.engine.prepare import resolve_model
+    from pipeline.models.resolve import resolve_model
 
     if args.threads:
         torch.set_num_threads(args.threads)

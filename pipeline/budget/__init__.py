@@ -1,12 +1,14 @@
 """The budget stage (docs/budget.md): the law's configuration, the actuator ladder, the signals,
 the law, a job's effective budget, and their Redis state. The worker is
-pipeline/budget/worker.py, the simulator pipeline/budget/sim.py."""
+pipeline/controller/worker.py, the simulator tools/budget_sim.py."""
 
 from pipeline.budget.config import (
     DEFAULT_BUDGET_CONFIG,
     SLO_CLASSES,
     BudgetConfig,
+    BudgetSettings,
     SloClassConfig,
+    budget_config,
 )
 from pipeline.budget.effective import Deadline, JobBudget, Pace, deadline_of, job_budget
 from pipeline.budget.ladder import ClassLimits, limits_at, rest_limits
@@ -23,6 +25,7 @@ __all__ = [
     "DEFAULT_BUDGET_CONFIG",
     "SLO_CLASSES",
     "BudgetConfig",
+    "BudgetSettings",
     "BudgetController",
     "BudgetReader",
     "ClassLimits",
@@ -35,6 +38,7 @@ __all__ = [
     "RunningJob",
     "Signals",
     "SloClassConfig",
+    "budget_config",
     "budget_key",
     "control_step",
     "deadline_of",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from pipeline import schema
+from pipeline.settings import Settings, build, declared, setting
 
 SLO_CLASSES: tuple[schema.SloClass, ...] = ("interactive", "batch")
 
@@ -118,6 +119,51 @@ class BudgetConfig:
                 top = max(top, floor)
             out[name] = replace(cfg, max_thinking_tokens=top, min_thinking_tokens=floor)
         return cls(**out)
+
+
+@declared
+@dataclass(frozen=True, slots=True)
+class BudgetSettings:
+    """The budget controller's settings (the rest of the law is `SloClassConfig`'s)."""
+
+    slo_ms: float | None = setting(
+        None,
+        env="SLO_MS",
+        concern="budget",
+        kind=float,
+        help="the interactive class's latency SLO (ms); empty: 20000",
+    )
+    batch_slo_ms: float | None = setting(
+        None,
+        env="BATCH_SLO_MS",
+        concern="budget",
+        kind=float,
+        help="the batch class's latency SLO (ms); empty: 120000",
+    )
+    max_thinking_tokens: int | None = setting(
+        None,
+        env="MAX_THINKING_TOKENS",
+        concern="budget",
+        kind=int,
+        help="the law's ceiling on thinking tokens (its rest state); empty: 512",
+    )
+    min_thinking_tokens: int | None = setting(
+        None,
+        env="MIN_THINKING_TOKENS",
+        concern="budget",
+        kind=int,
+        help="the thinking budget the law cuts to before it sheds load; empty: 64",
+    )
+
+    def config(self) -> BudgetConfig:
+        return BudgetConfig.scaled(
+            self.slo_ms, self.batch_slo_ms, self.max_thinking_tokens, self.min_thinking_tokens
+        )
+
+
+def budget_config(source: Settings | None = None) -> BudgetConfig:
+    """The budget law's configuration from the process's settings."""
+    return build(BudgetSettings, source).config()
 
 
 def _positive(what: str, value: float) -> float:

@@ -12,6 +12,7 @@ from typing import Any
 
 from pipeline import schema
 from pipeline.cache.config import _BLANK_LINES, _INNER_SPACE, _SAFE_ID, KEY_VERSION, _encoder
+from pipeline.engine.block_manager import NO_HASH, hash_block
 
 # -- keys: pure functions ----------------------------------------------------------------------
 
@@ -99,8 +100,6 @@ def step_key(
 
 def prefix_hashes(token_ids: Sequence[int], block_size: int) -> list[int]:
     """Chained hashes of the full blocks of `token_ids`, as the engine's BlockManager makes them."""
-    from pipeline.engine.block_manager import NO_HASH, hash_block  # lazy: the engine pulls torch
-
     hashes, prev = [], NO_HASH
     for i in range(len(token_ids) // block_size):
         prev = hash_block(prev, list(token_ids[i * block_size : (i + 1) * block_size]))

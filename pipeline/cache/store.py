@@ -114,15 +114,27 @@ class Cache:
     def step_content(job_key: str, accepted_steps: Sequence[str]) -> str:
         return digest(job_key, [normalize_text(s) for s in accepted_steps])
 
+    def step_keys(self, scope: Scope, job_key: str, accepted_steps: Sequence[str]) -> list[str]:
+        """The Redis keys the step after `accepted_steps` may sit under, narrowest scope first
+        (decode reads many jobs' at once, in one synchronous MGET at its step boundaries)."""
+        content = self.step_content(job_key, accepted_steps)
+        return [self.key("step", s, scope, content) for s in SCOPES]
+
+    @staticmethod
+    def cached_step(values: Sequence[bytes | None]) -> tuple[str, str] | None:
+        """(step text, verdict) from the values of `step_keys`, narrowest first; None: a miss."""
+        found = next((v for v in values if v), None)
+        if found is None:
+            return None
+        text, verdict = msgspec.msgpack.decode(found)
+        return text, verdict
+
     async def get_step(
         self, scope: Scope, job_key: str, accepted_steps: Sequence[str]
     ) -> tuple[str, str] | None:
         """(next step text, verdict) after `accepted_steps` for a `step_key`, or None."""
         value = await self._get("step", scope, self.step_content(job_key, accepted_steps))
-        if value is None:
-            return None
-        text, verdict = msgspec.msgpack.decode(value)
-        return text, verdict
+        return self.cached_step([value])
 
     async def put_step(
         self,

@@ -16,9 +16,9 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from pipeline import settings
 from pipeline.budget import SLO_CLASSES
 from pipeline.budget.state import ClassStatus, Status, read, read_status
+from pipeline.config import PipelineConfig
 from pipeline.errors import StepwiseError
 
 
@@ -71,7 +71,7 @@ async def _snapshot(redis: Redis, prefix: str) -> tuple[Status | None, dict]:
 
 
 async def _status(args: argparse.Namespace) -> int:
-    cfg = settings.current().pipeline()
+    cfg = PipelineConfig.from_settings()
     if not cfg.redis:
         raise StepwiseError(
             "no Redis given: set STEPWISE_REDIS (what `stepwise up` printed)", code="no_services"
@@ -106,25 +106,3 @@ async def _status(args: argparse.Namespace) -> int:
 
 def cmd_budget_status(args: argparse.Namespace) -> int:
     return asyncio.run(_status(args))
-
-
-def add_parsers(sub: argparse._SubParsersAction) -> None:
-    b = sub.add_parser(
-        "budget",
-        help="the budget controller: live limits per SLO class and why (`budget status`)",
-        description="The thinking-budget controller (docs/budget.md).",
-    )
-    bsub = b.add_subparsers(dest="budget_command", metavar="SUBCOMMAND", required=True)
-    s = bsub.add_parser(
-        "status",
-        help="each class's live limits, the law's inputs, its last decision and why",
-        description="Reads the state the budget worker keeps in Redis (STEPWISE_REDIS): per "
-        "SLO class the limits in force (thinking tokens, steps, the resample cap, early exit, "
-        "the share of new jobs refused) and the rung of the actuator ladder they are on; what "
-        "the law read (the predicted latency over the SLO, from a job admitted now, the "
-        "running jobs and the completed ones; the pace; the queue; arrivals) and what it did.",
-    )
-    s.add_argument("--watch", action="store_true", help="redraw every --interval seconds")
-    s.add_argument("--interval", type=float, default=1.0, help="seconds between redraws")
-    s.add_argument("--json", action="store_true", help="the raw state as JSON")
-    s.set_defaults(func=cmd_budget_status)

@@ -9,17 +9,16 @@ import time
 from pathlib import Path
 
 from pipeline.errors import InvalidRequestError
+from pipeline.settings import build
+from pipeline.tracing import paths, store, tree
+from pipeline.tracing.setup import TracingConfig
 
 
 def _store(args: argparse.Namespace) -> str:
-    from pipeline import settings
-
-    return args.dir or settings.current()["TRACE_DIR"]
+    return args.dir or build(TracingConfig).trace_dir
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
-    from pipeline.tracing import store, tree
-
     folder = _store(args)
     spans = store.trace_of(store.read_spans(folder), args.job_id)
     if not spans:
@@ -38,8 +37,6 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 
 def cmd_paths(args: argparse.Namespace) -> int:
-    from pipeline.tracing import paths, store
-
     since = int((time.time() - args.window_s) * 1e9) if args.window_s else 0
     edges = paths.build_graph(list(store.read_spans(_store(args))), since_ns=since)
     if not edges:
@@ -61,34 +58,3 @@ def cmd_paths(args: argparse.Namespace) -> int:
     if args.svg:
         print(f"graph written to {args.svg}")
     return 0
-
-
-def add_parsers(sub: argparse._SubParsersAction) -> None:
-    t = sub.add_parser(
-        "trace",
-        help="a job's span tree: what ran where, when and for how long",
-        description="Reads the local span store (STEPWISE_TRACE_DIR) and prints the trace of "
-        "JOB_ID: each span's start (from the trace's start), duration, process and status; "
-        "backtracks, forced answers and verdicts as events. Jobs are traced when "
-        "STEPWISE_TRACE_SAMPLE > 0.",
-    )
-    t.add_argument("job_id")
-    t.add_argument("--json", action="store_true", help="the tree as JSON")
-    t.add_argument("--dir", default="", help="span store folder (default: STEPWISE_TRACE_DIR)")
-    t.set_defaults(func=cmd_trace)
-    p = sub.add_parser(
-        "paths",
-        help="the anomaly-path graph: calls between instances, weighted, heaviest paths first",
-        description="Builds the weighted directed graph of the spans in the window: nodes are "
-        "instances (service@host:pid), edges calls with their count, p99, error rate and "
-        "retries, weight (1 - success rate) * log(p99 ms + 1); prints the edges and the "
-        "heaviest paths, and writes the graph as SVG with --svg.",
-    )
-    p.add_argument(
-        "--window-s", type=float, default=0.0, help="only spans of the last N s (0: all)"
-    )
-    p.add_argument("--top", type=int, default=3, help="how many heaviest paths to print")
-    p.add_argument("--svg", default="", help="write the graph to this SVG file")
-    p.add_argument("--json", action="store_true", help="edges and paths as JSON")
-    p.add_argument("--dir", default="", help="span store folder (default: STEPWISE_TRACE_DIR)")
-    p.set_defaults(func=cmd_paths)

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 
 import msgspec
+import websockets
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from pipeline import schema
@@ -167,8 +168,6 @@ class GatewayClient:
     ) -> AsyncIterator[schema.Event | schema.Result]:
         """Submit `submit` (a Job as a dict; an id is added if it has none) or follow `job_id`;
         `on_open()` runs once the request is sent on each connection."""
-        import websockets
-
         if submit is not None:
             submit = {"id": f"cli-{uuid.uuid4().hex[:12]}", **submit}
             job_id = submit["id"]

@@ -4,12 +4,18 @@ WebSocket. `StreamView` is the pure part: Events and the Result in, a renderable
 from __future__ import annotations
 
 import argparse
+import asyncio
 from dataclasses import dataclass
 
 from rich.console import Console, Group
+from rich.live import Live
 from rich.text import Text
 
-from pipeline import schema
+from pipeline import schema, settings
+from pipeline.client.clients import GatewayClient
+from pipeline.client.config import ClientConfig
+from pipeline.errors import StepwiseError
+from pipeline.gateway.config import GATEWAY_PORT
 
 # verdict -> (mark, style); `None` (not checked yet) shows as a dim dot. Only a step the
 # verifier read and found implied gets the green check: `consistent` was read and not refuted
@@ -186,43 +192,11 @@ def marked(text: str, claims, gone: bool = False) -> Text:
     return out
 
 
-def default_url(current=None) -> str:
+def default_url(source: settings.Settings | None = None) -> str:
     """STEPWISE_GATEWAY_URL, else the local gateway on STEPWISE_GATEWAY_PORT."""
-    from pipeline import settings
-
-    current = current or settings.current()
-    return current["GATEWAY_URL"] or f"ws://127.0.0.1:{current['GATEWAY_PORT']}"
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("problem", nargs="?", help="the problem to solve (omit with --job)")
-    p.add_argument(
-        "--url",
-        default=None,
-        help="the gateway: ws://host:port or http://host:port (default: $STEPWISE_GATEWAY_URL, "
-        "else ws://127.0.0.1:$STEPWISE_GATEWAY_PORT, port 8000)",
-    )
-    p.add_argument(
-        "--api-key",
-        default=None,
-        help="API key when the gateway has keys on (default: $STEPWISE_API_KEY)",
-    )
-    p.add_argument("--job", default=None, help="follow this job id instead of submitting")
-    p.add_argument("--from-seq", type=int, default=0, help="with --job: start at this event seq")
-    p.add_argument("--id", default=None, help="job id to submit under (default: random)")
-    p.add_argument("--temperature", type=float, default=None, help="default: the pipeline's")
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--max-tokens", type=int, default=None, help="cap on generated tokens")
-    p.add_argument(
-        "--verify",
-        choices=("off", "async", "strict"),
-        default=None,
-        help="check each step (async: keep decoding; strict: wait for each verdict)",
-    )
-    p.add_argument(
-        "--tokens", action="store_true", help="also stream the text as it is written (dimmed)"
-    )
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the Result")
+    source = source or settings.current()
+    url = settings.build(ClientConfig, source).gateway_url
+    return url or f"ws://127.0.0.1:{source[GATEWAY_PORT]}"
 
 
 def job_from_args(args: argparse.Namespace) -> dict:
@@ -244,13 +218,8 @@ def job_from_args(args: argparse.Namespace) -> dict:
 
 async def follow(args: argparse.Namespace, view: StreamView, on_item=None) -> schema.Result | None:
     """Stream the job into `view`; the Result, or None if the stream ended without one."""
-    import asyncio
-
-    from pipeline import settings
-    from pipeline.client import GatewayClient
-
     args.url = args.url or default_url()
-    args.api_key = args.api_key or settings.current()["API_KEY"] or None
+    args.api_key = args.api_key or settings.build(ClientConfig).api_key or None
     client = GatewayClient(args.url, args.api_key)
     if args.job:
         items = client.stream(job_id=args.job, from_seq=args.from_seq)
@@ -265,12 +234,6 @@ async def follow(args: argparse.Namespace, view: StreamView, on_item=None) -> sc
 
 
 def run(args: argparse.Namespace, console: Console | None = None) -> int:
-    import asyncio
-
-    from rich.live import Live
-
-    from pipeline.errors import StepwiseError
-
     if not args.problem and not args.job:
         raise StepwiseError("give a problem, or --job ID to follow a job", code="bad_args")
     console = console or Console()

@@ -19,18 +19,18 @@ import msgspec
 from redis import Redis as SyncRedis
 
 from pipeline import schema
-from pipeline.budget import Pace, job_budget
+from pipeline.budget import Pace
 from pipeline.cache import CACHEABLE_VERDICTS, SCOPES, Cache, CacheConfig, Scope, step_key
 from pipeline.config import PipelineConfig
-from pipeline.decode.driver import ReasoningDriver
 from pipeline.decode.kv_intake import KVIntake, kv_mark
+from pipeline.decode.load import LoadTracker, load_report
 from pipeline.decode.messages import Inward, StepPut, Tick, TickStats, TraceMark
-from pipeline.decode.pace import LoadTracker, StepTimer, apply_budget, load_report
-from pipeline.decode.reasoning import Note, ReasoningConfig
 from pipeline.decode.results import JobRun, finish, outward, token_events
-from pipeline.engine.backend import StepEngine
+from pipeline.engine.base import StepEngine
 from pipeline.errors import StepwiseError
-from pipeline.stage.sampling import handoff_params
+from pipeline.reasoning.loop import ReasoningLoop, starting_config, token_limit
+from pipeline.reasoning.sampling import handoff_params
+from pipeline.reasoning.types import Note
 from pipeline.stage.worker import now_ms
 from pipeline.transfer.kv_import import KVImporter
 
@@ -56,11 +56,9 @@ class DecodeCore:
         self.traced: set[str] = set()  # pending handoffs whose trace is sampled
         self._stats = TickStats()
         # The live pace and load, for jobs' deadlines and the budget controller's report.
-        self.timer = StepTimer()
+        self.loop = ReasoningLoop(engine)  # the engine's steps, every job's budget and reasoning
         self.load = LoadTracker()
-        self._stepped_at: float | None = None  # when the last engine step began
         self._reported_at = 0.0
-        self.deadline_cuts: dict[str, int] = {}  # jobs a deadline cut, per SLO class
 
     @property
     def num_runs(self) -> int:
@@ -105,13 +103,7 @@ class DecodeCore:
         out = Tick(stats=self._stats)
         self._stats = TickStats()
         self._admit(out)
-        if self.engine.has_schedulable:
-            began = time.monotonic()
-            batch = len(self.engine.step())
-            out.stats.generated_tokens += batch
-            self._time_step(began, batch)
-        else:
-            self._stepped_at = None
+        out.stats.generated_tokens += self.loop.step()
         emit, now_s = _Emitter(out, self.engine.tokenizer, now_ms()), time.monotonic()
         self._apply_verdicts(emit, now_s)
         live = self._advance(emit, now_s)
@@ -121,13 +113,6 @@ class DecodeCore:
             self.load.check_sent(f"{req.id}/{req.key}")
         self._report(out, emit.events)
         return out
-
-    def _time_step(self, began: float, batch: int) -> None:
-        """A sequence's time per token: from one engine step to the next while the batch
-        runs back to back (a gap with nothing to step is not its pace)."""
-        if self._stepped_at is not None and batch:
-            self.timer.record(batch, began - self._stepped_at)
-        self._stepped_at = began
 
     def _admit(self, out: Tick) -> None:
         """Start the handoffs that came; one that cannot run here gets an error Result."""
@@ -158,38 +143,38 @@ class DecodeCore:
                 try:
                     emit(
                         run,
-                        run.driver.verdict(v.key, v.verdict, v.detail or v.reason, now_s, v.claims),
+                        self.loop.verdict(
+                            run.job, v.key, v.verdict, v.detail or v.reason, now_s, v.claims
+                        ),
                     )
                 except Exception:
                     self._fail(run)
 
     def _advance(self, emit: _Emitter, now_s: float) -> list[JobRun]:
-        """Every unfinished job after the step: live limits, token events, its reasoning."""
+        """Every unfinished job after the step: its token events, then the reasoning loop's
+        advance (its budget with the class's live limits, its reasoning)."""
         live = []
         pace = self.pace()
         for run in self.runs.values():
             if not run.seq.is_finished:
                 try:
-                    live_budget = self.budgets.get(run.handoff.slo.class_)
-                    apply_budget(run, live_budget, pace, now_s, self.deadline_cuts)
                     if run.reprefill_from_ns is not None and run.seq.num_output_tokens:
                         # The prompt prefilled again, its first token out: what it cost.
                         run.reprefill_ms = (time.monotonic_ns() - run.reprefill_from_ns) / 1e6
                         run.reprefill_from_ns = None
                     emit.events.extend(token_events(run, emit.tokenizer, emit.now_ms))
-                    emit(run, run.driver.advance(now_s))
+                    live_budget = self.budgets.get(run.handoff.slo.class_)
+                    emit(run, self.loop.advance(run.job, now_s, live_budget, pace))
                     live.append(run)
                 except Exception:
                     self._fail(run)
         return live
 
     def pace(self) -> Pace | None:
-        """The live pace a running sequence gets, and what its answer needs after it."""
-        tok_s = self.timer.pace_tok_s
-        if tok_s is None:
-            return None
+        """The live pace a running sequence gets, and what its answer needs after it (its
+        pending verdicts' round trip, as measured lately)."""
         wait = self.load.verdict_wait_ms()
-        return Pace(tok_s, verdict_wait_s=0.0 if wait is None else wait / 1000.0)
+        return self.loop.pace(0.0 if wait is None else wait / 1000.0)
 
     def _retire(self, out: Tick, emit: _Emitter) -> None:
         """Finished jobs' last Events and their one Result each."""
@@ -215,8 +200,8 @@ class DecodeCore:
         out.stats.num_reprefills = self.intake.num_reprefills
         if (at := time.monotonic()) - self._reported_at >= REPORT_EVERY_S:
             self._reported_at = at
-            out.report = load_report(self.runs.values(), self.timer, self.load, self.config,
-                                     len(self.pending), self.deadline_cuts)  # fmt: skip
+            out.report = load_report(self.runs.values(), self.loop.timer, self.load, self.config,
+                                     len(self.pending), self.loop.deadline_cuts)  # fmt: skip
 
     # -- starting a job ---------------------------------------------------------------------
 
@@ -227,38 +212,30 @@ class DecodeCore:
         KV buffer to ack; `marks`: where a traced job's import is reported."""
         engine, cfg = self.engine, self.config
         # The job's budget as it starts (pipeline/budget/effective.py: its own caps and the
-        # stamped class limits; deadlines and live limits follow at every tick). Running out
-        # of it forces the answer; the engine's own limit sits above it, with room for that.
-        start = job_budget(h.params, h.budget, self.budgets.get(h.slo.class_))
-        thinking = start.max_thinking_tokens
-        reasoning = ReasoningConfig(
-            verify=h.params.verify,
-            max_retries=cfg.max_retries,
-            max_backtracks=cfg.max_backtracks,
-            verdict_timeout_s=cfg.verdict_timeout_s,
-            max_thinking_tokens=thinking,
-            max_steps=start.max_steps,
-            early_exit=start.early_exit,
-            probe_every=start.probe_every,
-            format=engine.reasoning_format,
-        )
-        limit = thinking + reasoning.answer_tokens + 32  # (room for the forcing text too)
-        limit = max(1, min(limit, engine.max_model_len - len(h.token_ids)))
-        params = handoff_params(h, limit)
+        # stamped class limits; deadlines and live limits follow at every step); running out of
+        # it forces the answer, and the engine's own limit sits above it, with room for that.
+        live = self.budgets.get(h.slo.class_)
+        reasoning, start = starting_config(
+            h.params, h.budget, live, engine.reasoning_format, max_retries=cfg.max_retries,
+            max_backtracks=cfg.max_backtracks, verdict_timeout_s=cfg.verdict_timeout_s,
+        )  # fmt: skip
+        params = handoff_params(h, token_limit(reasoning, len(h.token_ids), engine.max_model_len))
         seq, kv_ack, kv = self.intake.take(h, params, self._stats)
         if marks is not None:
             marks.append(kv_mark(h, kv))
-        driver = ReasoningDriver(engine, seq, reasoning)
+        job = self.loop.start(
+            h.id, seq, reasoning, params=h.params, stamped=h.budget, slo_class=h.slo.class_,
+            start_ms=h.created_ms or h.admitted_ms, e2e_ms=h.slo.e2e_ms, binding=start.binding,
+        )  # fmt: skip
         # The user's question, never the rendered template (older producers: the prompt).
         problem = h.problem or engine.tokenizer.decode(h.token_ids)
-        run = JobRun(h, driver, problem, self.verdict_stream, now_ms(), traced=marks is not None)
-        run.binding = start.binding
+        run = JobRun(h, job, problem, self.verdict_stream, now_ms(), traced=marks is not None)
         self.load.started(run.started_ms - h.admitted_ms)
         run.kv_import_ms = kv.ms if kv.transport != "none" else None
         if kv.outcome == "reprefill":
             run.reprefill_from_ns = time.monotonic_ns()
         if run.traced:
-            driver.marks = []
+            job.driver.marks = []
         # Steps enter the step cache only with a verdict, under a key that holds the verify
         # mode: a job that verifies nothing can find none, so it never asks.
         if h.cache_key is not None and h.params.verify != "off":  # ingest: reproducible
@@ -298,24 +275,16 @@ class DecodeCore:
         keys = []
         for run in runs:
             assert run.step_key is not None
-            scope = Scope.of(run.handoff)
             accepted = [s.text for s in run.driver.reasoner.chain]
-            content = Cache.step_content(run.step_key, accepted)
-            keys += [self.cache.key("step", name, scope, content) for name in SCOPES]
+            keys += self.cache.step_keys(Scope.of(run.handoff), run.step_key, accepted)
         try:
             values = self.redis.mget(keys)
         except Exception:
             return [None] * len(runs)
-        hits: list[tuple[str, str] | None] = []
-        for i in range(len(runs)):
-            found = next((v for v in values[i * len(SCOPES) : (i + 1) * len(SCOPES)] if v), None)
-            if found is None:
-                self._stats.step_misses += 1
-                hits.append(None)
-                continue
-            self._stats.step_hits += 1
-            text, verdict = msgspec.msgpack.decode(found)
-            hits.append((text, verdict))
+        n = len(SCOPES)
+        hits = [Cache.cached_step(values[i * n : (i + 1) * n]) for i in range(len(runs))]
+        self._stats.step_hits += sum(h is not None for h in hits)
+        self._stats.step_misses += sum(h is None for h in hits)
         return hits
 
     # -- failures ---------------------------------------------------------------------------

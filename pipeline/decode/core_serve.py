@@ -24,13 +24,12 @@ from multiprocessing.connection import Connection
 
 import msgspec
 
-from pipeline import settings
-from pipeline.config import PipelineConfig
+from pipeline.config import PipelineConfig, runtime
 from pipeline.decode.core import DecodeCore
 from pipeline.decode.messages import Inward, Ready, Tick
-from pipeline.engine.backend import make_engine
-from pipeline.local import services
 from pipeline.stage.engine_worker import engine_config, log_engine_stats
+from pipeline.stage.engines import make_engine
+from pipeline.stage.processes import set_parent_death_signal
 from pipeline.telemetry import gcstats
 
 log = logging.getLogger(__name__)
@@ -87,7 +86,7 @@ def main(config: PipelineConfig, worker_id: str, verdict_stream: str, conn: Conn
     """The core process: build the engine, say Ready (or why not), serve until `stop`."""
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the worker decides
-    services.set_parent_death_signal(signal.SIGKILL)
+    set_parent_death_signal(signal.SIGKILL)
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     encoder = msgspec.msgpack.Encoder()
     name = f"{worker_id} core (pid {os.getpid()})"
@@ -101,7 +100,7 @@ def main(config: PipelineConfig, worker_id: str, verdict_stream: str, conn: Conn
         conn.send_bytes(encoder.encode(Ready(error=f"{type(e).__name__}: {e}")))
         raise SystemExit(1) from None
     # The core owns its process: what it loaded is frozen out of the collector (gcstats.py).
-    if settings.current()["GC_FREEZE"]:
+    if runtime().gc_freeze:
         log.info("%s: %d objects frozen out of the collector", name, gcstats.freeze())
     stats = gcstats.GCStats().install()
     conn.send_bytes(encoder.encode(Ready(kv_total=engine.kv_usage()[1])))

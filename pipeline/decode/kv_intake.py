@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pipeline import schema
 from pipeline.decode.messages import TickStats, TraceMark
 from pipeline.engine import Request
-from pipeline.engine.backend import StepEngine
+from pipeline.engine.base import StepEngine
 from pipeline.engine.sampling_params import SamplingParams
 from pipeline.engine.sequence import Sequence
 from pipeline.errors import StepwiseError

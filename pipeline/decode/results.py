@@ -6,19 +6,21 @@ import os
 from dataclasses import dataclass
 
 from pipeline import schema
-from pipeline.decode.driver import Outward, ReasoningDriver
-from pipeline.decode.reasoning import Check, Note
 from pipeline.engine.sequence import Sequence
 from pipeline.engine.tokenizer import Tokenizer
 from pipeline.formats import ReasoningFormat, Split, StreamSplitter
+from pipeline.reasoning.driver import Outward, ReasoningDriver
+from pipeline.reasoning.loop import ReasoningJob
+from pipeline.reasoning.machine import Check, Note
 
 
 @dataclass(slots=True)
 class JobRun:
-    """One job being decoded: its handoff, its reasoning driver, what has been streamed."""
+    """One job being decoded: its handoff, its place in the reasoning loop, what has been
+    streamed."""
 
     handoff: schema.Handoff
-    driver: ReasoningDriver
+    job: ReasoningJob  # its driver and its budget (pipeline/reasoning/loop.py)
     problem: str  # the user's question, for the verifier (its equations are premises)
     reply_stream: str  # where this worker reads verdicts
     started_ms: int
@@ -31,13 +33,14 @@ class JobRun:
     kv_import_ms: float | None = None  # the KV import (or the failed try before a re-prefill)
     reprefill_from_ns: int | None = None  # KV not imported: prefilling again since (monotonic)
     reprefill_ms: float | None = None  # how long that took, to the first token
-    binding: str = "default"  # what set its thinking cap last (pipeline/budget/effective.py)
-    deadline_cut: bool = False  # its deadline has tightened its budget
-    marked_cap: int = 0  # the thinking cap its trace last reported (budget_cut events)
 
     @property
     def seq(self) -> Sequence:
-        return self.driver.seq
+        return self.job.driver.seq
+
+    @property
+    def driver(self) -> ReasoningDriver:
+        return self.job.driver
 
     def event(self, kind: str, ts_ms: int, **kw) -> schema.Event:
         ev = schema.Event(id=self.handoff.id, seq=self.next_event, kind=kind, ts_ms=ts_ms, **kw)
@@ -172,7 +175,7 @@ def finish(
         budget=schema.BudgetReport(
             max_thinking_tokens=r.max_thinking_tokens or seq.params.max_tokens,
             used=run.driver.tokens_spent(),
-            binding=run.binding,  # type: ignore[arg-type]
+            binding=run.job.binding,  # type: ignore[arg-type]
             stop_reason=stop,  # type: ignore[arg-type]
         ),
         verification=verification,

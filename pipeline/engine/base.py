@@ -1,8 +1,11 @@
-"""What the two engines share: sequence lookups, text in and out, batch submission, counters.
+"""The engine interface: a continuous-batching engine driven one step at a time, with step-aware
+control (pause, resume, rollback, forced text), and what its two implementations share.
 
-The native `Engine` (pipeline/engine/engine.py) and the vLLM backend (pipeline/vllm/backend.py)
-both keep their live sequences in `self.seqs` and admit one through `self.add`; everything here
-works on that alone, so it touches neither torch nor a server (vLLM's side stays torch-free).
+The native `Engine` (pipeline/engine/engine.py) and `VLLMEngine` (pipeline/vllm/engine.py, a vLLM
+OpenAI server behind the same calls) subclass `StepEngine`: the stages, the reasoning loop and
+the eval runner call nothing else. Both keep their live sequences in `self.seqs` and admit one
+through `self.add`; the shared parts here work on that alone, so they touch neither torch nor a
+server (vLLM's side stays torch-free). `pipeline/stage/engines.py` picks one (`make_engine`).
 """
 
 from __future__ import annotations
@@ -12,11 +15,20 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, replace
 
-from pipeline.engine.outputs import Request, RequestOutput
+from tqdm import tqdm
+
+from pipeline.config import EngineConfig
+from pipeline.engine.outputs import Request, RequestOutput, TokenOutput
 from pipeline.engine.sampling_params import SamplingParams
 from pipeline.engine.sequence import Sequence
-from pipeline.engine.tokenizer import Tokenizer
-from pipeline.errors import InvalidRequestError, PromptTooLongError, UnknownRequestError
+from pipeline.engine.tokenizer import StepBoundaryDetector, Tokenizer
+from pipeline.errors import (
+    InvalidRequestError,
+    KVPoolExhaustedError,
+    PromptTooLongError,
+    UnknownRequestError,
+)
+from pipeline.formats import ReasoningFormat
 
 
 @dataclass(slots=True)
@@ -35,10 +47,14 @@ class EngineStats:
         return {k: getattr(self, k) for k in self.__slots__}
 
 
-class EngineBase(ABC):
-    """The engine API's parts that need only the live sequences and the tokenizer."""
+class StepEngine(ABC):
+    """A continuous-batching engine driven one step at a time, with step-aware control."""
 
+    config: EngineConfig
     tokenizer: Tokenizer | None
+    step_detector: StepBoundaryDetector | None
+    reasoning_format: ReasoningFormat  # how the model writes (docs/reasoning-formats.md)
+    can_export_kv: bool  # prefill hands KV over (native), or decode recomputes it (vLLM)
     seqs: dict[str, Sequence]
     max_model_len: int
     _arrivals: int
@@ -47,6 +63,48 @@ class EngineBase(ABC):
     @abstractmethod
     def add(self, request: Request) -> Sequence:
         """Admit a request (each engine its own way: a scheduler, or a server's submission)."""
+
+    @abstractmethod
+    def step(self) -> list[TokenOutput]:
+        """One engine step: a token for every running sequence (and prefill chunks)."""
+
+    @property
+    @abstractmethod
+    def has_schedulable(self) -> bool:
+        """Some sequence can run (not every live one is paused)."""
+
+    @abstractmethod
+    def kv_usage(self) -> tuple[int, int]:
+        """(blocks in use, blocks in all) of the KV pool; (0, 0) where it is not ours."""
+
+    @abstractmethod
+    def pause(self, request_id: str) -> None:
+        """Take a sequence out of the running batch; it keeps its KV."""
+
+    @abstractmethod
+    def resume(self, request_id: str) -> None:
+        """Put a paused sequence back into the running batch."""
+
+    @abstractmethod
+    def rollback(self, request_id: str, num_tokens: int, seed: int | None = None) -> None:
+        """Truncate a sequence to `num_tokens` tokens (its KV too) and sample on with `seed`."""
+
+    @abstractmethod
+    def append_tokens(self, request_id: str, token_ids: list[int]) -> None:
+        """Put text in after the last token (forcing text); decoding continues after it."""
+
+    @abstractmethod
+    def abort(self, request_id: str) -> None:
+        """Drop a sequence and everything it holds."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the engine's resources (a server it started, its pools)."""
+
+    def stalled(self) -> bool:
+        """The last step scheduled nothing although sequences wait (the native engine's KV pool
+        held by paused ones); `generate` fails rather than spins."""
+        return False
 
     def _check_prompt(self, request: Request, vocab_size: int) -> None:
         """A new id, a prompt not empty, its ids in the vocabulary, room for one more token."""
@@ -122,6 +180,31 @@ class EngineBase(ABC):
             ids = self.encode_prompt(prompt) if isinstance(prompt, str) else list(prompt)
             seqs.append(self.add(Request(f"generate-{self._arrivals}-{i}", ids, p)))
         return seqs
+
+    def generate(
+        self,
+        prompts: Seq[str] | Seq[list[int]],
+        params: SamplingParams | Seq[SamplingParams] | None = None,
+        use_tqdm: bool = False,
+    ) -> list[RequestOutput]:
+        """Run prompts (text or token ids) to completion; outputs in the prompts' order."""
+        seqs = self.add_prompts(prompts, params)
+        bar = tqdm(total=len(seqs), desc="generate", unit="req") if use_tqdm else None
+        try:
+            while any(not s.is_finished for s in seqs):
+                if not self.has_schedulable:
+                    raise InvalidRequestError("only paused sequences left: resume them first")
+                outs = self.step()
+                if self.stalled():
+                    raise KVPoolExhaustedError(
+                        "no sequence fits the KV pool (paused sequences hold the blocks)"
+                    )
+                if bar is not None:
+                    bar.update(sum(o.finished for o in outs))
+        finally:
+            if bar is not None:
+                bar.close()
+        return [self.request_output(s) for s in seqs]
 
     def request_output(self, seq: Sequence) -> RequestOutput:
         out_ids = seq.output_token_ids

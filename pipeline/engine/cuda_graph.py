@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from pipeline import settings
+from pipeline.config import runtime
 from pipeline.engine.attention import AttentionMetadata, DecodeGroup
 from pipeline.kernels import dispatch
 
@@ -23,7 +23,7 @@ ENV = "STEPWISE_CUDA_GRAPHS"
 
 def is_enabled(device: torch.device) -> bool:
     """On CUDA, with the Triton kernels selected, unless STEPWISE_CUDA_GRAPHS=0."""
-    if device.type != "cuda" or not settings.current()["CUDA_GRAPHS"]:
+    if device.type != "cuda" or not runtime().cuda_graphs:
         return False
     return dispatch.use_triton(torch.empty(0, device=device))
 

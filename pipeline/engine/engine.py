@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Sequence as Seq
 from pathlib import Path
 
 import torch
 
 from pipeline.config import EngineConfig
-from pipeline.engine.base import EngineBase, EngineStats
+from pipeline.engine.base import EngineStats, StepEngine
 from pipeline.engine.block_manager import BlockManager
 from pipeline.engine.kv_cache import KVCache
 from pipeline.engine.loader import load_model
@@ -27,7 +26,6 @@ from pipeline.engine.outputs import (
     KVStorage,
     PinnedKV,
     Request,
-    RequestOutput,
     TokenOutput,
 )
 from pipeline.engine.sampling_params import SamplingParams
@@ -56,10 +54,10 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return _DTYPES[name]
 
 
-class Engine(EngineBase):
+class Engine(StepEngine):
     """A continuous-batching engine over one model, driven one step at a time."""
 
-    can_export_kv = True  # (the StepEngine interface, pipeline/engine/backend.py)
+    can_export_kv = True  # prefill hands the KV to decode (pipeline/transfer/)
 
     def __init__(self, config: EngineConfig, kv_storage: KVStorage | None = None):
         self.config = config
@@ -342,31 +340,5 @@ class Engine(EngineBase):
 
     # -- batch use --------------------------------------------------------------------------
 
-    def generate(
-        self,
-        prompts: Seq[str] | Seq[list[int]],
-        params: SamplingParams | Seq[SamplingParams] | None = None,
-        use_tqdm: bool = False,
-    ) -> list[RequestOutput]:
-        """Run prompts (text or token ids) to completion; outputs in the prompts' order."""
-        seqs = self.add_prompts(prompts, params)
-        bar = None
-        if use_tqdm:
-            from tqdm import tqdm
-
-            bar = tqdm(total=len(seqs), desc="generate", unit="req")
-        try:
-            while any(not s.is_finished for s in seqs):
-                if not self.scheduler.has_schedulable:
-                    raise InvalidRequestError("only paused sequences left: resume them first")
-                outs = self.step()
-                if self.last_num_scheduled == 0:
-                    raise KVPoolExhaustedError(
-                        "no sequence fits the KV pool (paused sequences hold the blocks)"
-                    )
-                if bar is not None:
-                    bar.update(sum(o.finished for o in outs))
-        finally:
-            if bar is not None:
-                bar.close()
-        return [self.request_output(s) for s in seqs]
+    def stalled(self) -> bool:
+        return self.last_num_scheduled == 0

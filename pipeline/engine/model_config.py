@@ -137,13 +137,3 @@ class ModelConfig:
         except json.JSONDecodeError as e:
             raise ModelLoadError(f"{cfg_file} is not valid JSON: {e}") from e
         return cls.from_dict(cfg, native=native)
-
-    @property
-    def num_params(self) -> int:
-        """Parameter count (embeddings counted once when tied)."""
-        h, i, d = self.hidden_size, self.intermediate_size, self.head_dim
-        q, kv = self.num_attention_heads * d, self.num_key_value_heads * d
-        attn = h * (q + 2 * kv) + q * h
-        layer = attn + 3 * h * i + 2 * h
-        emb = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
-        return self.num_hidden_layers * layer + emb + h

@@ -17,86 +17,24 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from tqdm import tqdm
+
+from pipeline import schema
+from pipeline.config import PipelineConfig
 from pipeline.errors import StepwiseError
 from pipeline.evals import tasks as task_registry
-from pipeline.evals.backends import Completion, make_backend
-from pipeline.evals.generators import DEFAULT_LEVEL, LEVELS
+from pipeline.evals.completers import Completion, make_completer
 from pipeline.evals.problems import Problem, format_prompt
 from pipeline.evals.scoring import TraceScore
+from pipeline.evals.verified import generate_verified
+from pipeline.formats import format_for
+from pipeline.models.resolve import resolve_model
+from pipeline.verify.local import LocalVerifier
 
 DEFAULT_MODEL = Path(__file__).resolve().parents[1] / "assets" / "tiny-reasoner"
 MODES = ("plain", "verify-async", "verify-strict", "budget")
 AVAILABLE_MODES = MODES
 NUM_SAMPLES = 3  # completions kept in the JSON per family, for eyeballing
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--model",
-        default="tiny-reasoner",
-        help="a known name (tiny-reasoner, smollm2: see `stepwise models list`) or an HF "
-        "model directory",
-    )
-    parser.add_argument(
-        "--reasoning-format",
-        default=None,
-        help="how the model writes its reasoning (tiny, deepseek_r1, qwen3, plain; default: "
-        "detected from the model, docs/reasoning-formats.md)",
-    )
-    parser.add_argument(
-        "--tasks",
-        default="indist",
-        help="comma list of families (arith, linear, system, word, drill, product, signed, "
-        "story), groups (indist: the tiny reasoner's four families; broad: the R1-style "
-        "reasoner's seven) and reasoning-gym tasks (rg:basic_arithmetic, rg:chain_sum, "
-        "rg:gsm_symbolic)",
-    )
-    parser.add_argument(
-        "--n", type=int, default=100, help="problems per task (a group's n split over its families)"
-    )
-    parser.add_argument("--seed", type=int, default=0, help="problem seed (held-out: < 1000000)")
-    parser.add_argument(
-        "--level",
-        choices=sorted(LEVELS),
-        default=DEFAULT_LEVEL,
-        help="difficulty mix of our families (default: what the tiny reasoner was trained on)",
-    )
-    parser.add_argument("--temperature", type=float, default=0.7)
-    parser.add_argument("--max-tokens", type=int, default=256)
-    parser.add_argument(
-        "--mode",
-        choices=MODES,
-        default="plain",
-        help="plain: no verification; verify-async / verify-strict: every step checked by "
-        "the Z3 checker in a separate process, contradicted steps backtracked; budget: no "
-        "verification, the answer forced at --max-thinking-tokens / --max-steps",
-    )
-    parser.add_argument(
-        "--max-thinking-tokens", type=int, default=None, help="thinking budget (any mode)"
-    )
-    parser.add_argument("--max-steps", type=int, default=None, help="step budget (any mode)")
-    parser.add_argument(
-        "--early-exit", action="store_true", help="answer probes at step ends; exit on agreement"
-    )
-    parser.add_argument(
-        "--max-retries", type=int, default=8, help="resamples of a contradicted step (verify)"
-    )
-    parser.add_argument(
-        "--max-backtracks", type=int, default=32, help="backtracks per problem (verify)"
-    )
-    parser.add_argument("--out", default=None, help="write the JSON report here")
-    parser.add_argument("--batch-size", type=int, default=64, help="prompts per engine call")
-    parser.add_argument(
-        "--engine",
-        choices=("native", "vllm", "hf"),
-        default="native",
-        help="vllm: a vLLM server (STEPWISE_VLLM_URL or --vllm-url, else one is started)",
-    )
-    parser.add_argument("--vllm-url", default=None, help="a running vLLM OpenAI server")
-    parser.add_argument(
-        "--keep-completions", action="store_true", help="put every completion in the JSON"
-    )
-    parser.add_argument("--dtype", default="float32")
 
 
 def _p95(values: list[int]) -> float:
@@ -133,29 +71,23 @@ def summarize(rows: list[tuple[TraceScore, float, Completion]], fmt=None) -> dic
 
 
 def evaluate(args: argparse.Namespace) -> dict:
-    from tqdm import tqdm
-
     names = task_registry.parse_tasks(args.tasks)
     problems: list[Problem] = []
     for name in names:
         problems.extend(task_registry.load_problems(name, args.n, args.seed, args.level))
-    from pipeline import settings
-
-    vllm_url = getattr(args, "vllm_url", None) or settings.current()["VLLM_URL"] or ""
-    from pipeline.engine.prepare import resolve_model
-    from pipeline.formats import format_for
-
+    vllm_url = getattr(args, "vllm_url", None) or PipelineConfig.from_settings().vllm_url
     model_dir = resolve_model(args.model)
     fmt_name = getattr(args, "reasoning_format", None)
-    backend = make_backend(args.engine, model_dir, args.dtype, vllm_url, fmt_name)
+    backend = make_completer(args.engine, model_dir, args.dtype, vllm_url, fmt_name)
     fmt = format_for(model_dir, fmt_name)
     prompts = eval_prompts(problems, backend, fmt)
     # Per-request sampling seeds derived from the problem seed: the run is reproducible.
     seeds = [args.seed * 1_000_003 + i for i in range(len(problems))]
-    generate = backend.generate
-    verifier = None
-    if args.mode != "plain" or args.early_exit or args.max_thinking_tokens:
-        generate, verifier = _verified_generate(backend, problems, args)
+    generate, verifier = backend.generate, None
+    if args.engine != "hf":  # our engines: every problem through the loop serving runs
+        generate, verifier = _loop_generate(backend, problems, args)
+    elif args.mode != "plain" or args.early_exit or args.max_thinking_tokens:
+        raise StepwiseError(f"--mode {args.mode} and budgets need --engine native or vllm")
     completions: list[Completion] = []
     start = time.perf_counter()
     try:
@@ -225,46 +157,39 @@ def evaluate(args: argparse.Namespace) -> dict:
     return report
 
 
-def _verified_generate(backend, problems: list[Problem], args: argparse.Namespace):
-    """A generate function with the backend's signature that runs a verify mode."""
-    from pipeline.decode.reasoning import ReasoningConfig
-    from pipeline.engine import SamplingParams
-    from pipeline.evals.verified import generate_verified
-    from pipeline.verify.local import LocalVerifier
-
-    if args.engine == "hf":
-        raise StepwiseError(f"--mode {args.mode} needs --engine native or vllm")
+def _loop_generate(backend, problems: list[Problem], args: argparse.Namespace):
+    """A generate function with the completer's signature that runs every problem as decode
+    would run its job, through the reasoning loop (pipeline/evals/verified.py): the verify
+    mode, early exit, the thinking and step caps, the pipeline's default budget."""
     verify = args.mode.removeprefix("verify-") if args.mode.startswith("verify-") else "off"
-    config = ReasoningConfig(
-        verify=verify,
-        format=backend.engine.reasoning_format,
-        max_thinking_tokens=args.max_thinking_tokens,
-        max_steps=args.max_steps,
-        early_exit=args.early_exit,
-        max_retries=args.max_retries,
-        max_backtracks=args.max_backtracks,
-    )
+    fmt = backend.engine.reasoning_format
     # The verifier reads the question (never the prompt's template), keyed by the prompt.
     by_prompt = {
         _key(p): (q.question, tuple(q.premises))
-        for p, q in zip(eval_prompts(problems, backend, config.format), problems, strict=True)
+        for p, q in zip(eval_prompts(problems, backend, fmt), problems, strict=True)
     }
     verifier = LocalVerifier() if verify != "off" else None
+    pipeline = PipelineConfig(max_retries=args.max_retries, max_backtracks=args.max_backtracks)
 
     def generate(prompts, temperature, max_tokens, seeds):
         params = [
-            SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=s) for s in seeds
+            schema.JobParams(
+                temperature=temperature,
+                seed=seed,
+                max_tokens=max_tokens,
+                verify=verify,
+                early_exit=args.early_exit,
+                max_thinking_tokens=args.max_thinking_tokens,
+                max_steps=args.max_steps,
+                stream="none",
+            )  # fmt: skip
+            for seed in seeds
         ]
         found = [by_prompt[_key(p)] for p in prompts]
         return generate_verified(
-            backend.engine,
-            prompts,
-            [f[1] for f in found],
-            params,
-            config,
-            verifier,
-            questions=[f[0] for f in found],
-        )
+            backend.engine, prompts, [f[1] for f in found], params, verifier,
+            questions=[f[0] for f in found], pipeline=pipeline,
+        )  # fmt: skip
 
     return generate, verifier
 
@@ -382,17 +307,3 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="stepwise eval",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -11,8 +11,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from pipeline.gateway import jobs_api, openai_api, stream
+from pipeline.gateway.config import GatewayConfig
 from pipeline.gateway.service import Gateway, GatewayError
-from pipeline.gateway.settings import GatewayConfig
 
 PAGE = Path(__file__).with_name("page.html")
 
@@ -20,9 +20,7 @@ PAGE = Path(__file__).with_name("page.html")
 def create_app(config: GatewayConfig | None = None) -> FastAPI:
     """The gateway app; `config` defaults to the process's settings' (pipeline/settings.py)."""
     if config is None:
-        from pipeline import settings
-
-        config = settings.current().gateway()
+        config = GatewayConfig.from_settings()
     gateway = Gateway(config)
 
     @contextlib.asynccontextmanager

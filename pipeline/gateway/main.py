@@ -7,7 +7,8 @@ import logging
 import uvicorn
 
 from pipeline.gateway.app import create_app
-from pipeline.gateway.settings import GatewayConfig
+from pipeline.gateway.config import GatewayConfig
+from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -30,3 +31,9 @@ def main(config: GatewayConfig) -> None:
         log_level="info",
         ws_per_message_deflate=config.ws_deflate,
     )
+
+
+def serve(current: Settings) -> int:
+    """`stepwise worker gateway`: the gateway from the process's settings."""
+    main(GatewayConfig.from_settings(current))
+    return 0

@@ -18,10 +18,10 @@ from pipeline.budget.admission import check_admission
 from pipeline.bus import BusConfig, Producer
 from pipeline.errors import OverloadedError, StepwiseError
 from pipeline.gateway.auth import ApiKeys, redis_keys_name, redis_lookup
+from pipeline.gateway.config import GatewayConfig
 from pipeline.gateway.feed import KafkaFeed
 from pipeline.gateway.hub import Hub, JobLog, Subscription
 from pipeline.gateway.limits import RateLimiter
-from pipeline.gateway.settings import GatewayConfig
 from pipeline.topics import Topics
 from pipeline.tracing import setup as tracing_setup
 from pipeline.tracing import spans
@@ -113,7 +113,7 @@ class Gateway:
             self.redis = redis.asyncio.Redis.from_url(config.pipeline.redis, socket_timeout=2)
             lookup = redis_lookup(self.redis, redis_keys_name(config.pipeline.topic_prefix))
         self.keys = ApiKeys(config.api_keys, lookup, ttl_s=config.key_cache_ttl_s)
-        self.rates = RateLimiter(config.tenant_rate, config.tenant_rates)
+        self.rates = RateLimiter(config.tenant_limit, config.tenant_rates)
         self.bus = BusConfig(bootstrap_servers=config.pipeline.kafka, client_id="stepwise-gateway")
         self.hub = Hub(config.max_jobs, config.max_events_per_job)
         self.feed = KafkaFeed(self.bus, self.topics, self.hub)

@@ -25,10 +25,10 @@ from pipeline.cache import (
 )
 from pipeline.config import DEFAULT_BLOCK_SIZE
 from pipeline.engine.model_config import ModelConfig
-from pipeline.engine.prepare import resolve_model
 from pipeline.engine.tokenizer import Tokenizer
 from pipeline.errors import OverloadedError
-from pipeline.ingest.core import IngestCore, job_seed
+from pipeline.ingest.admission import IngestCore, job_seed
+from pipeline.models.resolve import resolve_model
 from pipeline.stage.jobstate import Admission
 from pipeline.stage.worker import StageWorker, now_ms
 from pipeline.tracing import spans

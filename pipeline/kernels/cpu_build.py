@@ -21,7 +21,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from pipeline import settings
+from pipeline.config import runtime
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +45,12 @@ BUILD_TIMEOUT_S = 120
 
 
 def kernels_dir() -> Path:
-    return Path(settings.current()["KERNELS_DIR"] or DEFAULT_DIR).expanduser()
+    return Path(runtime().kernels_dir or DEFAULT_DIR).expanduser()
 
 
 def extra_flags() -> list[str]:
     """$STEPWISE_KERNELS_CFLAGS, appended to FLAGS (e.g. -mno-avx512f: the portable loops)."""
-    return (settings.current()["KERNELS_CFLAGS"] or "").split()
+    return runtime().kernels_cflags.split()
 
 
 def compiler() -> str | None:

@@ -17,7 +17,7 @@ from types import ModuleType
 
 import torch
 
-from pipeline import settings
+from pipeline.config import runtime
 
 ENV = "STEPWISE_KERNELS"
 BACKENDS = ("auto", "triton", "torch")
@@ -32,7 +32,7 @@ class KernelArgumentError(ValueError):
 def backend() -> str:
     """The process's STEPWISE_KERNELS (its settings, read once at start; a bad value fails
     there, naming the variable)."""
-    return settings.current()["KERNELS"]
+    return runtime().kernels
 
 
 @functools.cache

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import torch
 
-from pipeline.kernels import dispatch
+from pipeline.kernels import dispatch, logits_stats_cpu
 
 
 class LogitsStats(NamedTuple):
@@ -36,9 +36,6 @@ def logits_stats(logits: torch.Tensor) -> LogitsStats:
     """Dispatches to Triton on CUDA (or when forced), to C on CPU, else to the torch reference."""
     if dispatch.use_triton(logits):
         return dispatch.triton_module("logits_stats").logits_stats_triton(logits)
-    if dispatch.use_cpu_kernel(logits):
-        from pipeline.kernels import logits_stats_cpu  # imports LogitsStats from here
-
-        if logits_stats_cpu.is_supported(logits):
-            return logits_stats_cpu.logits_stats_cpu(logits)
+    if dispatch.use_cpu_kernel(logits) and logits_stats_cpu.is_supported(logits):
+        return LogitsStats(*logits_stats_cpu.logits_stats_cpu(logits))
     return logits_stats_torch(logits)

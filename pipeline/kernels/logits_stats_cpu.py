@@ -9,7 +9,6 @@ import torch
 
 from pipeline.kernels import cpu_build
 from pipeline.kernels.dispatch import check, check_contiguous_last
-from pipeline.kernels.logits_stats import LogitsStats
 
 LIBRARY = "logits_stats_cpu"
 KERNEL = "logits_stats_cpu"
@@ -26,8 +25,9 @@ def is_supported(logits: torch.Tensor) -> bool:
     )
 
 
-def logits_stats_cpu(logits: torch.Tensor) -> LogitsStats:
-    """logits: [S, V] fp32, rows dense -> argmax, max_prob, entropy, lse ([S] each)."""
+def logits_stats_cpu(logits: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """logits: [S, V] fp32, rows dense -> (argmax, max_prob, entropy, lse) ([S] each; the
+    dispatcher, logits_stats.py, names them)."""
     check(logits.dim() == 2 and logits.shape[1] > 0, KERNEL, f"logits {tuple(logits.shape)}")
     check(logits.dtype == torch.float32, KERNEL, f"logits are {logits.dtype}, expected fp32")
     check_contiguous_last(logits, KERNEL, "logits")
@@ -40,4 +40,4 @@ def logits_stats_cpu(logits: torch.Tensor) -> LogitsStats:
             ptr(logits), i64(s), i64(v), i64(logits.stride(0)),
             ptr(argmax), ptr(max_prob), ptr(entropy), ptr(lse),
         )  # fmt: skip
-    return LogitsStats(argmax, max_prob, entropy, lse)
+    return argmax, max_prob, entropy, lse

@@ -7,15 +7,25 @@ from __future__ import annotations
 import asyncio
 import statistics
 import sys
+import tempfile
 import time
 import uuid
 from collections import Counter
 
+from rich.console import Console
+from rich.live import Live
+from tqdm import tqdm
+
 from pipeline import schema, settings
 from pipeline.client import StepwiseClient
+from pipeline.client.stream_view import StreamView
+from pipeline.config import PipelineConfig
 from pipeline.evals import answers_match
 from pipeline.evals.runner import answer_instruction, chat_content
 from pipeline.evals.tasks import load_problems
+from pipeline.formats import format_for
+from pipeline.local.stack import Stack
+from pipeline.models.resolve import resolve_model
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -55,10 +65,6 @@ def demo_jobs(problems, seed: int, instruction: str | None) -> list[schema.Job]:
 async def stream_one(client: StepwiseClient, job: schema.Job, title: str) -> schema.Result | None:
     """Submit one job and render it live as its events come (rich; on a terminal it redraws,
     elsewhere the final view is printed once)."""
-    from rich.console import Console
-    from rich.live import Live
-
-    from pipeline.client.stream_view import StreamView
 
     view = StreamView(title)
     result = None
@@ -76,7 +82,6 @@ async def run_demo(
     kafka: str, prefix: str, n: int, seed: int, tasks: str = "indist",
     instruction: str | None = None,
 ) -> dict:  # fmt: skip
-    from tqdm import tqdm
 
     problems = load_problems(tasks, n, seed)
     made = demo_jobs(problems, seed, instruction)
@@ -194,12 +199,9 @@ def print_report(r: dict) -> None:
 
 def main(n: int, seed: int, model: str, reasoning_format: str | None = None) -> int:
 
-    from pipeline.engine.prepare import resolve_model
-    from pipeline.formats import format_for
-    from pipeline.local.stack import Stack
-
     current = settings.current()
-    kafka, prefix = current["KAFKA"], current["TOPIC_PREFIX"]
+    config = PipelineConfig.from_settings(current, model=model)
+    kafka, prefix = config.kafka, config.topic_prefix
     fmt = format_for(resolve_model(model), reasoning_format)
     # The tiny reasoner answers its own problem lines; a chat model gets the broader curriculum
     # (products, negatives, stories, equations) as chat messages.
@@ -209,11 +211,11 @@ def main(n: int, seed: int, model: str, reasoning_format: str | None = None) -> 
         report = asyncio.run(run_demo(kafka, prefix, n, seed, tasks, instruction))
     else:
         print("starting a local pipeline (embedded broker + Redis + workers) ...", file=sys.stderr)
-        import tempfile
-
         log_dir = tempfile.mkdtemp(prefix="stepwise-demo-")
         fmt = {"reasoning_format": reasoning_format} if reasoning_format else {}
-        with Stack(current.pipeline(model=model, **fmt), log_dir=log_dir) as stack:
+        with Stack(
+            PipelineConfig.from_settings(current, model=model, **fmt), log_dir=log_dir
+        ) as stack:
             for line in stack.describe():
                 print("  " + line, file=sys.stderr)
             bootstrap = stack.services.bootstrap_servers

@@ -10,23 +10,26 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-# The local-services API callers import from here (the parts live in embedded.py and processes.py).
-from pipeline.local.embedded import (
+# The local-services API callers import from here (the parts live in embedded.py, the broker's
+# administration in pipeline/bus/broker.py, process plumbing in pipeline/stage/processes.py).
+from pipeline.bus.broker import (
     EMBEDDED_FETCH_MAX_WAIT_MS,
     EMBEDDED_GROUP_OPTIONS,
+    create_topics,
+    group_options_for,
+    kafka_metadata_answers,
+)
+from pipeline.errors import ServiceError
+from pipeline.local.embedded import (
     KAFKA_ENV,
     REDIS_ENV,
     START_TIMEOUT_S,
     EmbeddedKafka,
     EmbeddedRedis,
     EmbeddedService,
-    create_topics,
-    group_options_for,
-    kafka_metadata_answers,
 )
-from pipeline.local.processes import (
+from pipeline.stage.processes import (
     HOST,
-    ServiceError,
     child_setup,
     find_redis_server,
     find_tansu,

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline import settings
 from pipeline.config import PipelineConfig
+from pipeline.gateway.config import GATEWAY_PORT
 from pipeline.local.services import LocalServices, child_setup, create_topics
+from pipeline.models.resolve import resolve_model
 from pipeline.topics import Topics
+from pipeline.vllm.server import VLLMServer, VLLMServerConfig
 
 WORKERS = ("ingest", "prefill", "decode", "verify", "budget", "gateway")
 # The processes that run no model and no checks: on one machine they share its cores with the
@@ -19,6 +24,17 @@ WORKERS = ("ingest", "prefill", "decode", "verify", "budget", "gateway")
 # thread waiting for a core is a step not run). They run `service_nice` steps lower: when the
 # cores are free that changes nothing; when they are not, the model comes first.
 NICED = ("kafka", "redis", "ingest", "budget", "gateway")
+
+
+@settings.declared
+@dataclass(frozen=True, slots=True)
+class StackConfig:
+    """How `stepwise up` runs the processes it starts."""
+
+    service_nice: int = settings.setting(
+        10, env="SERVICE_NICE", concern="services",
+        help="`stepwise up`: niceness of the non-model processes (0: all alike)",
+    )  # fmt: skip
 
 
 class Stack:
@@ -37,14 +53,14 @@ class Stack:
         self.workers = workers
         self.settings = settings.current()
         if service_nice is None:
-            service_nice = self.settings["SERVICE_NICE"]
+            service_nice = settings.build(StackConfig, self.settings).service_nice
         self.service_nice = max(0, service_nice)
         self.services = LocalServices(
             kafka=config.kafka, redis=config.redis, log_dir=log_dir, nice=self.service_nice
         )
         self.procs: dict[str, subprocess.Popen] = {}
         self.log_dir = Path(log_dir) if log_dir else None
-        self.gateway_port = self.settings["GATEWAY_PORT"]
+        self.gateway_port = self.settings[GATEWAY_PORT]
         self.vllm = None  # engine vllm without a URL: one server, shared by prefill and decode
 
     @property
@@ -67,8 +83,6 @@ class Stack:
         self.services.start()
         if self.config.engine == "vllm" and not self.config.vllm_url:
             self.start_vllm()
-        import asyncio
-
         topics = Topics(self.config.topic_prefix)
         parts = topics.partitions()
         asyncio.run(create_topics(self.services.bootstrap_servers, list(parts), parts))
@@ -77,9 +91,6 @@ class Stack:
 
     def start_vllm(self) -> None:
         """One vLLM server for the stack (prefill warms its prefix cache, decode hits it)."""
-        from pipeline.engine.prepare import resolve_model
-        from pipeline.vllm.server import VLLMServer, VLLMServerConfig
-
         dtype = "float32" if self.config.dtype == "auto" else self.config.dtype
         log = self.log_dir / "vllm.log" if self.log_dir else None
         server_config = VLLMServerConfig(str(resolve_model(self.config.model)), dtype=dtype)

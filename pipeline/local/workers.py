@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pipeline import settings
-from pipeline.local.processes import spawned_children
+from pipeline.stage.processes import spawned_children
 
 # The settings every test stack runs its workers with: the bundled tiny model, in float32.
 TEST_SETTINGS = {"MODEL": "tiny-reasoner", "DTYPE": "float32"}

@@ -30,9 +30,9 @@ from pipeline.cache import Cache, CacheConfig, partitions_key, prefix_hashes
 from pipeline.engine import Request
 from pipeline.engine.sequence import Sequence
 from pipeline.errors import StepwiseError
+from pipeline.reasoning.sampling import sampling_params
 from pipeline.stage.engine_worker import EngineStageWorker
 from pipeline.stage.placement import Placer, pin, read_loads
-from pipeline.stage.sampling import sampling_params
 from pipeline.tracing import spans
 from pipeline.transfer.kv_export import make_exporter
 

@@ -9,9 +9,10 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 
 from pipeline.config import EngineConfig, PipelineConfig
-from pipeline.engine.backend import StepEngine, make_engine
+from pipeline.engine.base import StepEngine
 from pipeline.engine.outputs import KVStorage
-from pipeline.engine.prepare import resolve_model
+from pipeline.models.resolve import resolve_model
+from pipeline.stage.engines import make_engine
 from pipeline.stage.worker import StageWorker
 
 log = logging.getLogger(__name__)

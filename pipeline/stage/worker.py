@@ -24,12 +24,12 @@ import msgspec
 from aiokafka import ConsumerRecord
 from redis.asyncio import Redis
 
-from pipeline import schema, settings, telemetry
+from pipeline import schema, telemetry
 from pipeline.budget import SLO_CLASSES, BudgetReader
 from pipeline.bus import Ack, BusConfig, ConsumeLoop, Producer, retry_transient
-from pipeline.config import PipelineConfig
+from pipeline.bus.broker import group_options_for
+from pipeline.config import PipelineConfig, runtime
 from pipeline.errors import StepwiseError
-from pipeline.local import services
 from pipeline.stage.jobstate import JobState
 from pipeline.stage.transient import TRANSIENT_RETRY_S, Backoff, is_transient
 from pipeline.telemetry import gcstats
@@ -221,7 +221,7 @@ class StageWorker(ABC):
         await retry_transient("starting the producer", self.producer.start)
         try:
             options = await retry_transient(
-                "asking the broker", lambda: services.group_options_for(self.config.kafka)
+                "asking the broker", lambda: group_options_for(self.config.kafka)
             )
             for name, value in options.items():
                 setattr(self.bus_config, name, value)
@@ -232,7 +232,7 @@ class StageWorker(ABC):
                 raise
             # What setup loaded (model, tokenizer, clients) lives as long as the worker: out
             # of the collector's sight, so a full collection no longer walks it (gcstats.py).
-            if freeze_gc and settings.current()["GC_FREEZE"]:
+            if freeze_gc and runtime().gc_freeze:
                 frozen = gcstats.freeze()
                 log.info("%s: %d objects frozen out of the collector", self.worker_id, frozen)
             self.gc_stats = gcstats.GCStats().install()

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import dataclass
 
+from billiard.process import current_process  # Celery's pool (verify workers run in it)
 from prometheus_client import (
     CollectorRegistry,
     GCCollector,
@@ -18,6 +20,7 @@ from prometheus_client import (
     start_http_server,
 )
 
+from pipeline.settings import build, declared, setting
 from pipeline.telemetry.metrics import DISABLED, METRICS_PORT_ENV, Metrics
 
 log = logging.getLogger(__name__)
@@ -127,11 +130,29 @@ def stop_metrics_servers() -> None:
         thread.join(timeout=5)
 
 
+@declared
+@dataclass(frozen=True, slots=True)
+class MetricsConfig:
+    """Where a process serves /metrics."""
+
+    port: int = setting(
+        0,
+        env="METRICS_PORT",
+        concern="metrics",
+        help="/metrics: 0 a free port, N: N + the process's offset, -1 off",
+    )
+    # Loopback unless told: /metrics has no authentication and its labels name tenants' work.
+    addr: str = setting(
+        "127.0.0.1",
+        env="METRICS_ADDR",
+        concern="metrics",
+        help="address /metrics binds (0.0.0.0: all)",
+    )
+
+
 def metrics_port(offset: int = 0) -> int:
     """STEPWISE_METRICS_PORT: unset or 0 -> 0 (a free port), N > 0 -> N + offset, -1 -> DISABLED."""
-    from pipeline import settings
-
-    base = settings.current()["METRICS_PORT"]
+    base = build(MetricsConfig).port
     if base < DISABLED:
         raise ValueError(f"{METRICS_PORT_ENV} must be -1, 0 or a port, got {base}")
     return base if base <= 0 else base + offset
@@ -145,9 +166,7 @@ def serve_metrics(stage: str, model: str = "", offset: int = 0) -> int:
     if port == DISABLED:
         log.info("%s: metrics disabled (%s=-1)", stage, METRICS_PORT_ENV)
         return DISABLED
-    from pipeline import settings
-
-    bound = start_metrics_server(port, settings.current()["METRICS_ADDR"])
+    bound = start_metrics_server(port, build(MetricsConfig).addr)
     log.info("%s: serving /metrics on port %d", stage, bound)
     return bound
 
@@ -155,6 +174,4 @@ def serve_metrics(stage: str, model: str = "", offset: int = 0) -> int:
 def serve_pool_child_metrics(**_: object) -> None:
     """Celery `worker_process_init` handler: each prefork child serves its own `/metrics` on
     base port + its pool index (stable across child restarts), since tasks run in the child."""
-    from billiard.process import current_process  # Celery's pool; only verify workers have it
-
     serve_metrics("verify", offset=getattr(current_process(), "index", 0) or 0)

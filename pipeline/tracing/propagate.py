@@ -31,11 +31,6 @@ def to_headers(context: Context | None = None, caller: str = "") -> dict[str, st
     return carrier
 
 
-def kafka_headers(context: Context | None = None, caller: str = "") -> list[tuple[str, bytes]]:
-    """The same, as aiokafka record headers."""
-    return [(k, v.encode()) for k, v in to_headers(context, caller).items()]
-
-
 def from_headers(headers: Mapping[str, str] | Iterable[tuple[str, bytes | str]] | None) -> Context:
     """The context a record or task carries (an empty one when it carries none)."""
     if not headers:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import socket
+from dataclasses import dataclass
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
@@ -19,6 +20,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
+from pipeline.settings import build, declared, setting
 from pipeline.tracing.store import FileSpanExporter
 
 TRACER_NAME = "stepwise"
@@ -65,12 +67,36 @@ def init_tracing(
     return provider
 
 
+@declared
+@dataclass(frozen=True, slots=True)
+class TracingConfig:
+    """Whether and where a process traces (docs/tracing.md)."""
+
+    sample: float = setting(
+        0.0,
+        env="TRACE_SAMPLE",
+        concern="tracing",
+        help="fraction of jobs traced: 0 off (no tracer is built), 1 every job",
+    )
+    otlp_endpoint: str = setting(
+        "",
+        env="OTLP_ENDPOINT",
+        concern="tracing",
+        help="OTLP/HTTP collector for spans (http://host:4318); empty: OTEL_EXPORTER_OTLP_* "
+        "or none",
+    )
+    trace_dir: str = setting(
+        "~/.cache/stepwise/traces",
+        env="TRACE_DIR",
+        concern="tracing",
+        help="the local span store (JSON lines)",
+    )
+
+
 def init_from_settings(service: str) -> TracerProvider | None:
     """`init_tracing` with the installed settings' values."""
-    from pipeline import settings
-
-    s = settings.current()
-    return init_tracing(service, s["TRACE_SAMPLE"], s["TRACE_DIR"], s["OTLP_ENDPOINT"])
+    c = build(TracingConfig)
+    return init_tracing(service, c.sample, c.trace_dir, c.otlp_endpoint)
 
 
 def instance_name(service: str, host: str, pid: int) -> str:

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 
+from pipeline import telemetry
 from pipeline.tracing import propagate, setup
 from pipeline.tracing.setup import tracer
 from pipeline.tracing.store import JOB_ID
@@ -108,8 +109,6 @@ def end(
     caller = attrs.get(CALLER)
     start_ns = getattr(span, "start_time", None)
     if caller and start_ns is not None:
-        from pipeline import telemetry  # (tracing on only: no import cost when it is off)
-
         telemetry.observe_call(
             str(caller), setup.instance(), max(0, end_ns - start_ns) / 1e9,
             error=bool(error), retries=int(attrs.get(RETRIES, 0) or 0),

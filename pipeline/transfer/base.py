@@ -168,15 +168,3 @@ class ExportPool:
         self.used_bytes -= lease.handle.nbytes
         lease.buffer = None  # drop the view before the transport unmaps it
         self.transport.release(lease.handle.handle)
-
-
-def get_transport(name: str) -> Transport:
-    if name == "shm":
-        from pipeline.transfer.shm import ShmTransport
-
-        return ShmTransport()
-    if name == "cuda_ipc":
-        from pipeline.transfer.cuda_ipc import CudaIpcTransport
-
-        return CudaIpcTransport()
-    raise ValueError(f"unknown KV transport {name!r} (shm, cuda_ipc)")

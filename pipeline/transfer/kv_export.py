@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 
 from pipeline import schema
-from pipeline.engine.backend import StepEngine
+from pipeline.engine.base import StepEngine
 from pipeline.engine.kv_cache import KVCache
 from pipeline.engine.outputs import KVStorage
 from pipeline.engine.sequence import Sequence

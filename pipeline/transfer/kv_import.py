@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import torch
 
-from pipeline import schema, settings
+from pipeline import schema
 from pipeline.config import PipelineConfig
 from pipeline.engine import KVBlocks, KVExport
-from pipeline.engine.backend import StepEngine
+from pipeline.engine.base import StepEngine
 from pipeline.engine.sampling_params import SamplingParams
 from pipeline.engine.sequence import Sequence
 from pipeline.errors import StepwiseError
@@ -61,10 +61,11 @@ class KVImporter:
         copying = "shm" if kv_transport in ("shm_pool", "mooncake") else kv_transport
         self.transport = get_transport(copying)
         self.pool_reader = PoolReader()
+        defaults = PipelineConfig()  # from_config passes the worker's own values
         if mooncake_host is None:
-            mooncake_host = str(settings.current()["MOONCAKE_HOST"] or "")
+            mooncake_host = defaults.mooncake_host
         if read_timeout_ms is None:
-            read_timeout_ms = int(settings.current()["KV_READ_TIMEOUT_MS"])  # type: ignore[arg-type]
+            read_timeout_ms = defaults.kv_read_timeout_ms
         self.mooncake_host, self.read_timeout_ms = mooncake_host, read_timeout_ms
         self.remote_first = kv_transport == "mooncake"
         self._mooncake: MooncakeReader | None = None

@@ -39,11 +39,10 @@ from pipeline.verify.claims import (
     Relation,
     clear_parse_cache,
     evaluate,
-    extract_premises,
     variables,
 )
 from pipeline.verify.grounding import Grounding
-from pipeline.verify.prose import FoundClaim, find_claims, relations
+from pipeline.verify.prose import FoundClaim, extract_premises, find_claims, relations
 from pipeline.verify.state_solver import StateSolver
 from pipeline.verify.unknowns import (
     ARITHMETIC,

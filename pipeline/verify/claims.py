@@ -309,18 +309,3 @@ def question_premise(text: str, limits: ClaimLimits = DEFAULT_LIMITS) -> Relatio
     except Exception:  # noqa: BLE001 - free text must never break a job
         return None
     return None
-
-
-def extract_premises(text: str, limits: ClaimLimits = DEFAULT_LIMITS) -> list[Relation]:
-    """The relations stated in free text (a problem statement); the rest is ignored.
-
-    `Solve the system: 4x + y = 33, 2x - y = 3.` -> [4x + y = 33, 2x - y = 3];
-    `Solve $6x + 9 = 45$.` -> [6x + 9 = 45] (read like a step: see prose.py);
-    `Compute (7 + 8) * 3.` -> [A = (7 + 8) * 3] (see `question_premise`). Never raises.
-    """
-    asked = question_premise(text, limits)
-    if asked is not None:
-        return [asked]
-    from pipeline.verify.prose import find_claims, relations  # (prose imports this module)
-
-    return relations(find_claims(text[: limits.max_step_chars], limits))[: limits.max_premises]

@@ -1,6 +1,6 @@
 """Checks in local worker processes: the verifier of `stepwise eval --mode verify-*`.
 
-The same check a Celery verify worker runs (`pipeline.verify.tasks.run_check`'s checker), in
+The same check a Celery verify worker runs (`pipeline.verify.worker.run_check`'s checker), in
 a process pool instead of behind a task queue. This module imports neither torch nor the engine,
 so a spawned checker process starts in well under a second.
 """
@@ -11,11 +11,11 @@ import multiprocessing
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 
+from pipeline.verify.checker import check_step
+
 
 def check(problem: str, premises: Sequence[str], accepted: Sequence[str], step: str):
     """(verdict, detail, claims) of one step; runs in the checker process."""
-    from pipeline.verify.checker import check_step
-
     v = check_step(problem, premises, accepted, step)
     return v.verdict, v.detail or v.reason, v.claims
 

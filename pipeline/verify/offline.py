@@ -1,23 +1,5 @@
-"""`stepwise verify`: check reasoning traces offline, from any model or server.
-
-Input: JSONL (a file, or `-` for stdin), one trace per line:
-
-    {"id": "t1", "problem": "What is 12 * 7?", "steps": ["12 * 7 = 10 * 7 + 2 * 7", "= 84"]}
-    {"id": "t2", "problem": "...", "text": "<think>\\n...\\n</think>\\n\\nThe answer is 5.",
-     "format": "deepseek_r1"}
-
-Optional: `premises` (relations the verifier may assume), `format` (how `text` splits into
-steps: a reasoning format's name, see docs/reasoning-formats.md; default: paragraphs when the
-text has blank lines, else lines). Each step is checked after the ones before it (a
-contradicted step is not kept as known). Output: one JSON line per trace, in input order:
-
-    {"id": "t1", "verdicts": [{"verdict": "entailed", "reason": "", "detail": "",
-      "claims": [{"text": "12 * 7 = 10 * 7 + 2 * 7", "span": [0, 23], "verdict": "entailed",
-                  "reason": ""}]}, ...], "coverage": {...}}
-
-A bad line gets `{"id": ..., "line": N, "error": "..."}` and the rest go on. Exit code 0
-unless the input cannot be read.
-"""
+"""`stepwise verify`: check reasoning traces offline, from any model or server (JSONL in, per-step
+and per-claim verdicts out; the format is in `stepwise verify --help`: pipeline/cli/parser.py)."""
 
 from __future__ import annotations
 
@@ -28,6 +10,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
+from pipeline.formats import get_format
 from pipeline.verify.checker import CONTRADICTED, Checker, ClaimVerdict, StepVerdict
 from pipeline.verify.coverage import Tally
 
@@ -42,8 +25,6 @@ class TraceError(ValueError):
 def split_text(text: str, format_name: str | None) -> list[str]:
     """The steps of a whole completion: by the format's delimiter, markers stripped."""
     if format_name:
-        from pipeline.formats import get_format
-
         fmt = get_format(format_name)
         delimiter = fmt.step_delimiter
         text = fmt.strip_markers(text)
@@ -154,32 +135,6 @@ def _id_of(line: str) -> str | None:
         return None
     value = obj.get("id") if isinstance(obj, dict) else None
     return value if isinstance(value, str) else None
-
-
-EPILOG = """example:
-  $ cat traces.jsonl
-  {"id": "a", "problem": "What is 12 * 7?", "steps": ["So 12 × 7 = 86.", "The answer is 86."]}
-  $ stepwise verify traces.jsonl
-  {"id": "a", "verdicts": [{"verdict": "contradicted", "reason": "", "detail": "12 × 7 = 86 is
-   false", "claims": [{"text": "12 × 7 = 86", "span": [3, 14], "verdict": "contradicted",
-   "reason": ""}]}, ...], "coverage": {...}}
-
-verdicts: entailed (implied by the problem, premises and earlier steps), contradicted
-(refuted), consistent (neither), no_claim (nothing checkable), unknown (unreadable piece,
-limit or solver timeout; `reason` says which), ungrounded (not refuted, but computes with a
-number found nowhere in the problem or the earlier steps). Each claim says how it was checked
-(`kind`: arithmetic, identity, equation, solution, binding). docs/verification.md says more.
-"""
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("input", help="JSONL file of traces, or - for stdin")
-    parser.add_argument(
-        "--timeout-ms", type=int, default=200, help="solver time per step (default 200)"
-    )
-    parser.add_argument(
-        "--stats", action="store_true", help="print traces, steps and checks/s to stderr"
-    )
 
 
 def run(args: argparse.Namespace, stdout: IO[str] | None = None) -> int:

@@ -20,7 +20,14 @@ import functools
 import re
 from dataclasses import replace
 
-from pipeline.verify.claims import DEFAULT_LIMITS, ClaimLimits, Num, Relation, variables
+from pipeline.verify.claims import (
+    DEFAULT_LIMITS,
+    ClaimLimits,
+    Num,
+    Relation,
+    question_premise,
+    variables,
+)
 from pipeline.verify.found_claim import (  # re-exported: the finder's public names
     LIMIT,
     UNPARSEABLE,
@@ -320,3 +327,16 @@ _GOES_ON = re.compile(r"\s*[A-Za-z]+\s*(?:and\s+)?[0-9]")
 
 def clear_cache() -> None:
     _find.cache_clear()
+
+
+def extract_premises(text: str, limits: ClaimLimits = DEFAULT_LIMITS) -> list[Relation]:
+    """The relations stated in free text (a problem statement); the rest is ignored.
+
+    `Solve the system: 4x + y = 33, 2x - y = 3.` -> [4x + y = 33, 2x - y = 3];
+    `Solve $6x + 9 = 45$.` -> [6x + 9 = 45] (read like a step);
+    `Compute (7 + 8) * 3.` -> [A = (7 + 8) * 3] (see `question_premise`). Never raises.
+    """
+    asked = question_premise(text, limits)
+    if asked is not None:
+        return [asked]
+    return relations(find_claims(text[: limits.max_step_chars], limits))[: limits.max_premises]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import json
 import os
 import queue
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from pipeline.config import runtime
 from pipeline.errors import StepwiseError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,9 +39,7 @@ class VLLMError(StepwiseError):
 def vllm_python() -> str:
     """An interpreter that imports vllm: STEPWISE_VLLM_PYTHON, the repo's .venv-vllm, else this
     one (a GPU env with `vllm` installed beside Stepwise)."""
-    from pipeline import settings
-
-    if found := settings.current()["VLLM_PYTHON"]:
+    if found := runtime().vllm_python:
         return found
     venv = ROOT / ".venv-vllm" / "bin" / "python"
     return str(venv) if venv.exists() else sys.executable
@@ -188,8 +188,6 @@ def vllm_installed() -> bool:
     """Whether a vLLM interpreter is there to start (tests skip without one)."""
     py = vllm_python()
     if py == sys.executable:
-        import importlib.util
-
         return importlib.util.find_spec("vllm") is not None
     return shutil.which(py) is not None or Path(py).exists()
 

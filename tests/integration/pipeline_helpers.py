@@ -62,7 +62,7 @@ async def serving_gateway(config: PipelineConfig, gateway_config) -> AsyncIterat
     """The stack on `config` and the gateway app served by uvicorn: yields (app, address)."""
     import uvicorn
 
-    from pipeline.gateway import create_app
+    from pipeline.gateway.app import create_app
 
     app = create_app(gateway_config)
     port = gateway_config.port

@@ -16,8 +16,8 @@ import pytest
 import redis.asyncio
 
 from pipeline import budget, schema
-from pipeline.budget.worker import BudgetWorker
 from pipeline.client import StepwiseClient
+from pipeline.controller.worker import BudgetWorker
 from tests.integration.pipeline_helpers import running_stack, stack_config
 
 pytestmark = pytest.mark.slow

@@ -12,8 +12,8 @@ import pytest
 import redis.asyncio
 
 from pipeline import budget, schema
-from pipeline.budget.worker import BudgetWorker
 from pipeline.config import PipelineConfig
+from pipeline.controller.worker import BudgetWorker
 from tests.integration.pipeline_helpers import run_jobs, running_stack, stack_config
 
 pytestmark = pytest.mark.slow

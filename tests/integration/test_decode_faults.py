@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from pipeline import schema
-from pipeline.decode.driver import ReasoningDriver
+from pipeline.reasoning.driver import ReasoningDriver
 from pipeline.stage.jobstate import JobState
 from tests.integration.pipeline_helpers import count_results, run_jobs, running_stack, stack_config
 

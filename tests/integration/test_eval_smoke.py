@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from pipeline.cli.parser import build_parser
 from pipeline.evals import runner
 
 pytestmark = pytest.mark.slow
@@ -15,9 +16,8 @@ def test_eval_runner_smoke(tmp_path, capsys):
     tasks = "indist"
     if importlib.util.find_spec("reasoning_gym") is not None:
         tasks += ",rg:basic_arithmetic"
-    rc = runner.main(
-        ["--tasks", tasks, "--n", "8", "--seed", "1", "--max-tokens", "128", "--out", str(out)]
-    )
+    argv = ["--tasks", tasks, "--n", "8", "--seed", "1", "--max-tokens", "128", "--out", str(out)]
+    rc = runner.run(build_parser().parse_args(["eval", *argv]))
     assert rc == 0
     table = capsys.readouterr().out
     assert "all" in table and "tok/s" in table

@@ -20,7 +20,7 @@ import pytest_asyncio
 
 from pipeline import schema
 from pipeline.formats import get_format
-from pipeline.gateway.settings import GatewayConfig
+from pipeline.gateway.config import GatewayConfig
 from pipeline.local import services
 from pipeline.topics import STAGES, Topics
 from tests.integration.conftest import TEST_PARTITIONS, _delete_topics

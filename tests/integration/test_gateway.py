@@ -23,8 +23,8 @@ import websockets
 from pipeline.client import current_chain
 from pipeline.gateway import stream
 from pipeline.gateway.auth import redis_keys_name
+from pipeline.gateway.config import GatewayConfig
 from pipeline.gateway.limits import RateLimit
-from pipeline.gateway.settings import GatewayConfig
 from pipeline.local import services
 from pipeline.schema import Event
 from pipeline.topics import STAGES, Topics

@@ -11,9 +11,9 @@ import pytest
 import pytest_asyncio
 
 from pipeline import schema
-from pipeline.engine.prepare import resolve_model
-from pipeline.gateway.settings import GatewayConfig
+from pipeline.gateway.config import GatewayConfig
 from pipeline.local import services
+from pipeline.models.resolve import resolve_model
 from pipeline.topics import STAGES, Topics
 from tests.integration.conftest import TEST_PARTITIONS, _delete_topics
 from tests.integration.pipeline_helpers import run_jobs, serving_gateway, stack_config

@@ -12,8 +12,9 @@ import urllib.request
 
 import pytest
 
-from pipeline import schema, settings
+from pipeline import schema
 from pipeline.client import StepwiseClient
+from pipeline.config import PipelineConfig
 from pipeline.local.stack import Stack
 
 pytestmark = pytest.mark.slow
@@ -78,7 +79,7 @@ def test_stack_runs_a_job_and_stops_its_workers_cleanly(
     with socket.socket() as s:  # a free port for the gateway
         s.bind(("127.0.0.1", 0))
         monkeypatch.setenv("STEPWISE_GATEWAY_PORT", str(s.getsockname()[1]))
-    config = settings.current().pipeline(topic_prefix=topics.prefix, model="tiny-reasoner")
+    config = PipelineConfig.from_settings(topic_prefix=topics.prefix, model="tiny-reasoner")
     stack = Stack(config, log_dir=tmp_path)
     with stack:
         assert stack.services.embedded == []  # both came from the environment

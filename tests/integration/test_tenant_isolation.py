@@ -12,8 +12,8 @@ import pytest
 import websockets
 from prometheus_client.parser import text_string_to_metric_families
 
-from pipeline.gateway.settings import GatewayConfig
-from pipeline.local.processes import free_port
+from pipeline.gateway.config import GatewayConfig
+from pipeline.stage.processes import free_port
 from tests.integration.pipeline_helpers import serving_gateway, stack_config
 from tests.integration.test_gateway import until_closed, wait_done
 

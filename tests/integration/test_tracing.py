@@ -16,8 +16,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from pipeline import schema, settings
+from pipeline import schema
 from pipeline.client import StepwiseClient
+from pipeline.config import PipelineConfig
 from pipeline.local.stack import Stack
 from pipeline.tracing import store
 from tests.integration.test_verify import PROBLEM, first_wrong_seed
@@ -75,7 +76,7 @@ def test_a_verified_job_that_backtracks_is_one_trace_across_the_stack(
         "STEPWISE_GATEWAY_PORT": str(port),
     }.items():  # fmt: skip
         monkeypatch.setenv(name, value)
-    config = settings.current().pipeline(topic_prefix=topics.prefix, model="tiny-reasoner")
+    config = PipelineConfig.from_settings(topic_prefix=topics.prefix, model="tiny-reasoner")
     # A seed whose first attempt writes a step the checker contradicts: at least one backtrack.
     seed = first_wrong_seed(PROBLEM, max_tokens=160)
     params = schema.JobParams(temperature=0.7, seed=seed, max_tokens=160, verify="async")
@@ -169,7 +170,7 @@ def test_paths_puts_an_injected_slow_verify_worker_on_the_heaviest_path(
         "STEPWISE_VERIFY_CONCURRENCY": "2", "STEPWISE_VERIFY_TEST_DELAY_MS": "800",
     }.items():  # fmt: skip
         monkeypatch.setenv(name, value)
-    config = settings.current().pipeline(topic_prefix=topics.prefix, model="tiny-reasoner")
+    config = PipelineConfig.from_settings(topic_prefix=topics.prefix, model="tiny-reasoner")
     jobs = [
         schema.Job(id=f"paths-{i}", prompt=f"What is {i + 3} + {2 * i + 5}?",
                    params=schema.JobParams(seed=i))

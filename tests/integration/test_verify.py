@@ -16,7 +16,7 @@ from pipeline import schema
 from pipeline.client import current_chain
 from pipeline.config import PipelineConfig
 from pipeline.engine import Engine, EngineConfig, SamplingParams
-from pipeline.engine.prepare import resolve_model
+from pipeline.models.resolve import resolve_model
 from pipeline.verify.checker import check_step
 from tests.integration.conftest import VerifyWorker
 from tests.integration.pipeline_helpers import run_jobs, running_stack, stack_config

@@ -17,9 +17,9 @@ from pipeline import schema
 from pipeline.client import current_chain
 from pipeline.config import EngineConfig
 from pipeline.engine import SamplingParams
-from pipeline.engine.prepare import resolve_model
+from pipeline.models.resolve import resolve_model
 from pipeline.verify.checker import check_step
-from pipeline.vllm.backend import VLLMEngine
+from pipeline.vllm.engine import VLLMEngine
 from pipeline.vllm.server import VLLMServer, VLLMServerConfig, vllm_installed
 from tests.integration.pipeline_helpers import run_jobs, running_stack, stack_config
 

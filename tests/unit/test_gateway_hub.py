@@ -7,10 +7,10 @@ import pytest
 
 from pipeline import schema
 from pipeline.gateway.auth import ApiKeys, Unauthorized
+from pipeline.gateway.config import parse_api_keys
 from pipeline.gateway.hub import EventsUnavailable, Hub, SlowConsumer
 from pipeline.gateway.openai_api import ChatRequest, answer_text, to_job
 from pipeline.gateway.service import GatewayError, parse_job
-from pipeline.gateway.settings import parse_api_keys
 
 
 def ev(seq: int, kind: str = "step", job_id: str = "j1") -> schema.Event:
@@ -131,8 +131,8 @@ class _FakeProducer:
 
 async def test_submit_forces_the_tenant_and_limits_jobs_in_flight():
     from pipeline.config import PipelineConfig
+    from pipeline.gateway.config import GatewayConfig
     from pipeline.gateway.service import Gateway
-    from pipeline.gateway.settings import GatewayConfig
 
     config = GatewayConfig(pipeline=PipelineConfig(kafka="x"), tenant_max_inflight=1)
     gw = Gateway(config)

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline import settings
 from pipeline.gateway.auth import ApiKeys, KeysUnavailable, Unauthorized
+from pipeline.gateway.config import GatewayConfig, parse_rate_limits
 from pipeline.gateway.limits import RateLimit, RateLimiter
 from pipeline.gateway.service import GatewayError
-from pipeline.gateway.settings import GatewayConfig, parse_rate_limits
 
 
 class Clock:
@@ -47,8 +46,8 @@ def test_parse_rate_limits(monkeypatch):
             parse_rate_limits(bad)
     monkeypatch.setenv("STEPWISE_TENANT_RATE", "2.5")
     monkeypatch.setenv("STEPWISE_TENANT_RATES", "vip:100/200")
-    config = settings.current().gateway()
-    assert config.tenant_rate == RateLimit(2.5, 3) and config.tenant_rates["vip"].burst == 200
+    config = GatewayConfig.from_settings()
+    assert config.tenant_limit == RateLimit(2.5, 3) and config.tenant_rates["vip"].burst == 200
 
 
 def test_rate_limit_error_is_openai_shaped_with_retry_after():
@@ -111,7 +110,7 @@ async def test_submit_takes_a_token_only_for_a_job_that_goes_out():
     from pipeline.gateway.service import Gateway, parse_job
 
     config = GatewayConfig(
-        pipeline=PipelineConfig(kafka="x"), tenant_rate=RateLimit(1.0, 2), tenant_max_inflight=3
+        pipeline=PipelineConfig(kafka="x"), tenant_rate=1.0, tenant_burst=2, tenant_max_inflight=3
     )
     gw = Gateway(config)
     gw.rates.clock = Clock()

@@ -10,8 +10,8 @@ from pipeline import schema
 from pipeline.budget import SloClassConfig, limits_at
 from pipeline.budget.admission import admission_draw, check_admission
 from pipeline.errors import OverloadedError
+from pipeline.gateway.config import GatewayConfig
 from pipeline.gateway.service import Gateway, GatewayError, result_error
-from pipeline.gateway.settings import GatewayConfig
 
 SHEDDING = limits_at(SloClassConfig(slo_p95_ms=20_000), 4.6, retry_after_s=7.3).to_budget()
 

@@ -8,10 +8,10 @@ import logging
 import pytest
 
 from pipeline.config import PipelineConfig
+from pipeline.gateway.config import GatewayConfig, InsecureGatewayError, is_loopback
 from pipeline.gateway.main import warn_if_open
-from pipeline.gateway.settings import GatewayConfig, InsecureGatewayError, is_loopback
-from pipeline.local.processes import free_port
 from pipeline.settings import Settings
+from pipeline.stage.processes import free_port
 from tests.unit.test_settings import _cli
 
 BEYOND = ("0.0.0.0", "::", "[::]", "10.1.2.3", "192.168.0.7", "fe80::1", "gw.example.com", "")
@@ -68,18 +68,18 @@ def test_loopback_without_keys_is_open_and_quiet(caplog):
 
 
 def test_settings_bind_loopback_by_default_and_read_allow_open():
-    assert Settings.load(env={}).gateway().host == "127.0.0.1"
+    assert GatewayConfig.from_settings(Settings.load(env={})).host == "127.0.0.1"
     with pytest.raises(InsecureGatewayError):
-        Settings.load(env={"STEPWISE_GATEWAY_HOST": "0.0.0.0"}).gateway()
+        GatewayConfig.from_settings(Settings.load(env={"STEPWISE_GATEWAY_HOST": "0.0.0.0"}))
     by_env = Settings.load(
         env={"STEPWISE_GATEWAY_HOST": "0.0.0.0", "STEPWISE_GATEWAY_ALLOW_OPEN": "1"}
     )
-    assert by_env.gateway().allow_open
+    assert GatewayConfig.from_settings(by_env).allow_open
     by_flag = Settings.load(env={}, flags={"GATEWAY_HOST": "::", "GATEWAY_ALLOW_OPEN": True})
-    config = by_flag.gateway()
+    config = GatewayConfig.from_settings(by_flag)
     assert (config.host, config.allow_open) == ("::", True)
     keyed = Settings.load(env={"STEPWISE_GATEWAY_HOST": "0.0.0.0", "STEPWISE_API_KEYS": "k:t"})
-    assert keyed.gateway().api_keys == {"k": "t"}
+    assert GatewayConfig.from_settings(keyed).api_keys == {"k": "t"}
 
 
 # -- the CLI: exit status 2 and the message, before any connection ---------------------------

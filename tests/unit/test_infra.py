@@ -23,6 +23,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from pipeline import telemetry
+from pipeline.gateway.config import GatewayConfig
 from pipeline.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -213,7 +214,7 @@ def test_the_compose_gateway_passes_its_own_secure_start_check():
     # It binds beyond loopback inside its container, so it is the gateway's own refusal that
     # the required keys satisfy: built from its environment as compose resolves it.
     env = resolved(REQUIRED_ENV)["gateway"]["environment"]
-    config = Settings.load(env={k: str(v) for k, v in env.items()}).gateway()
+    config = GatewayConfig.from_settings(Settings.load(env={k: str(v) for k, v in env.items()}))
     assert (config.host, config.allow_open) == ("0.0.0.0", False)
     assert config.api_keys == {"sk-test": "tenantA"}
 
@@ -226,7 +227,7 @@ def test_an_override_file_runs_the_compose_gateway_open_on_purpose(tmp_path):
     proc = compose_config(env=REQUIRED_ENV, files=(override,))
     assert proc.returncode == 0, proc.stderr
     env = yaml.safe_load(proc.stdout)["services"]["gateway"]["environment"]
-    config = Settings.load(env={k: str(v) for k, v in env.items()}).gateway()
+    config = GatewayConfig.from_settings(Settings.load(env={k: str(v) for k, v in env.items()}))
     assert (config.api_keys, config.allow_open) == ({}, True)
     assert "OPEN GATEWAY" in config.exposure_warning()
 

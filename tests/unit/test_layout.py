@@ -1,5 +1,6 @@
 """The house's structure as tests (docs/architecture.md, "The folders"): the package root holds
-only the shared contract, no module grows past 400 lines, decode's rooms are the named ones."""
+only the shared contract, no module grows past 400 lines, decode's rooms are the named ones.
+The layers between the folders: tests/unit/test_layers.py."""
 
 from __future__ import annotations
 
@@ -35,12 +36,12 @@ def test_no_module_is_longer_than_the_limit() -> None:
 
 def test_decode_has_its_named_rooms() -> None:
     rooms = {p.stem for p in (PIPELINE / "decode").glob("*.py")} - {"__init__"}
-    # worker (I/O), core (engine loop) and how it is served and reached, the reasoning state
-    # machine and its vocabulary, the driver that applies it, the result builder, a traced
-    # job's spans, how a handoff's KV is taken in.
+    # worker (I/O), core (engine loop) and how it is served and reached, the result builder, a
+    # traced job's spans, how a handoff's KV is taken in, the load it reports. The reasoning
+    # loop it runs is pipeline/reasoning/, shared with `stepwise eval`.
     assert rooms == {
         "worker", "messages", "core", "core_serve", "core_client",
-        "reasoning", "reasoning_types", "driver", "results", "job_trace", "kv_intake", "pace",
+        "results", "job_trace", "kv_intake", "load",
     }  # fmt: skip
 
 

@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.config import PipelineConfig
 from pipeline.local import embedded, services
+from pipeline.settings import Settings
 from pipeline.topics import DEFAULT_PARTITIONS, STAGES, Topics
 
 
 def test_env_names_services_and_empty_means_unset() -> None:
-    from pipeline.settings import Settings
-
-    config = Settings.load(
-        env={"STEPWISE_KAFKA": "k1:9092,k2:9092", "STEPWISE_REDIS": ""}
-    ).pipeline()
+    config = PipelineConfig.from_settings(
+        Settings.load(env={"STEPWISE_KAFKA": "k1:9092,k2:9092", "STEPWISE_REDIS": ""})
+    )
     assert (config.kafka, config.redis) == ("k1:9092,k2:9092", "")
 
 

@@ -11,6 +11,10 @@ from pathlib import Path
 import pytest
 
 from pipeline import settings
+from pipeline.budget.config import budget_config
+from pipeline.cli import declarations  # noqa: F401  (every declaring module: all settings)
+from pipeline.config import PipelineConfig
+from pipeline.gateway.config import GatewayConfig
 from pipeline.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,7 +72,8 @@ def test_every_variable_the_docs_name_is_known():
     lines = [ln for ln in lines if "unknown setting" not in ln]  # the typo in the example
     named = {w.strip("`$=,.:;()?'\"") for ln in lines for w in ln.split()}
     named = {n.split("=")[0] for n in named if n.startswith(settings.PREFIX)}
-    known = {v.env for v in settings.VARS} | {settings.PREFIX + k for k in settings.ELSEWHERE}
+    known = {v.env for v in settings.declared_vars()}
+    known |= {settings.PREFIX + k for k in settings.ELSEWHERE}
     assert named - known - {settings.PREFIX, "STEPWISE_*"} == set()
 
 
@@ -80,7 +85,7 @@ def test_flag_over_env_over_default_with_sources():
     assert (s["MODEL"], s.source("MODEL")) == ("r1-reasoner", "flag")
     assert (s["MAX_RETRIES"], s.source("MAX_RETRIES")) == (3, "env")
     assert (s["ENGINE"], s.source("ENGINE")) == ("native", "default")  # empty: unset
-    config = s.pipeline()
+    config = PipelineConfig.from_settings(s)
     assert (config.model, config.max_retries, config.engine) == ("r1-reasoner", 3, "native")
 
 
@@ -111,12 +116,12 @@ def test_concern_configs_from_settings():
             "STEPWISE_SLO_MS": "15000",
         }
     )
-    gw = s.gateway()
-    assert (gw.port, gw.api_keys, gw.tenant_rate.rate, gw.tenant_rate.burst) == (
+    gw = GatewayConfig.from_settings(s)
+    assert (gw.port, gw.api_keys, gw.tenant_limit.rate, gw.tenant_limit.burst) == (
         9001, {"k1": "a", "k2": "b"}, 2.5, 3,
     )  # fmt: skip
     assert gw.pipeline.redis == "redis://r:1/0"
-    assert s.budget().interactive.slo_p95_ms == 15000
+    assert budget_config(s).interactive.slo_p95_ms == 15000
 
 
 def test_child_env_carries_what_is_not_default(monkeypatch):
@@ -180,4 +185,41 @@ def test_unknown_variables_are_warned_at_start_up():
 
 def test_every_setting_is_in_the_configuration_doc():
     doc = (ROOT / "docs" / "configuration.md").read_text()
-    assert [v.env for v in settings.VARS if f"`{v.env}`" not in doc] == []
+    assert [v.env for v in settings.declared_vars() if f"`{v.env}`" not in doc] == []
+
+
+def test_a_setting_declared_once_is_read_from_env_flag_and_shown(monkeypatch):
+    """A new setting is one field: the environment, its flag, `stepwise config`'s rows and the
+    config object all follow from the declaration."""
+    import argparse
+    from dataclasses import dataclass
+
+    from pipeline.cli.parser import add_setting_flags
+
+    monkeypatch.setattr(settings, "_DECLARED", dict(settings._DECLARED))  # undone after
+
+    @settings.declared
+    @dataclass
+    class WidgetConfig:
+        widgets: int = settings.setting(
+            4, env="TEST_WIDGETS", concern="test", help="how many widgets", flag="--widgets"
+        )
+        colour: str = settings.setting(
+            "red", env="TEST_COLOUR", concern="test", help="their colour", choices=("red", "blue")
+        )
+
+    assert settings.build(WidgetConfig, Settings.load(env={})) == WidgetConfig(4, "red")
+    s = Settings.load(env={"STEPWISE_TEST_WIDGETS": "7", "STEPWISE_TEST_COLOUR": "Blue"})
+    assert settings.build(WidgetConfig, s) == WidgetConfig(7, "blue")
+    parser = argparse.ArgumentParser()
+    add_setting_flags(parser)
+    args = parser.parse_args(["--widgets", "9"])
+    flags = {v.name: getattr(args, v.name, None) for v in settings.declared_vars() if v.flag}
+    s = Settings.load(env={"STEPWISE_TEST_WIDGETS": "7"}, flags=flags)
+    assert (settings.build(WidgetConfig, s).widgets, s.source("TEST_WIDGETS")) == (9, "flag")
+    rows = {r["variable"]: r for r in s.rows()}
+    assert (rows["STEPWISE_TEST_COLOUR"]["value"], rows["STEPWISE_TEST_COLOUR"]["source"]) == (
+        "red", "default",
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="STEPWISE_TEST_COLOUR='green': expected one of"):
+        Settings.load(env={"STEPWISE_TEST_COLOUR": "green"})

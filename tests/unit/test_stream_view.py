@@ -13,8 +13,9 @@ import websockets
 from rich.console import Console
 
 from pipeline import schema
+from pipeline.cli.parser import add_stream_args
 from pipeline.client import GatewayClient, GatewayStreamError, stream_url
-from pipeline.client.stream_view import StreamView, add_arguments, coverage_line, job_from_args
+from pipeline.client.stream_view import StreamView, coverage_line, job_from_args
 
 J = "cli-0123456789ab"
 
@@ -109,7 +110,7 @@ def test_error_result_and_tokens_draft():
 
 def test_job_from_args_and_stream_url():
     p = argparse.ArgumentParser()
-    add_arguments(p)
+    add_stream_args(p)
     args = p.parse_args(["2 + 2?", "--max-tokens", "64", "--tokens", "--verify", "strict"])
     assert job_from_args(args) == {
         "prompt": "2 + 2?", "params": {"max_tokens": 64, "verify": "strict", "stream": "tokens"}

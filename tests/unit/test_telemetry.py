@@ -344,10 +344,8 @@ def test_values_off_the_wire_outside_their_set_become_other(m):
 
 
 def test_pool_child_serves_on_base_port_plus_its_index(monkeypatch):
-    import billiard.process
-
     ports = []
-    monkeypatch.setattr(billiard.process, "current_process", lambda: SimpleNamespace(index=2))
+    monkeypatch.setattr(telemetry.serve, "current_process", lambda: SimpleNamespace(index=2))
     monkeypatch.setattr(
         telemetry.serve, "start_metrics_server", lambda port, addr: ports.append(port) or port
     )

@@ -13,17 +13,17 @@ HEAVY = ("torch", "triton", "pipeline.kernels", "pipeline.engine.engine")
 
 CASES = {
     "ingest": (
-        "from pipeline.cli import WORKER_CLASSES, build_parser\n"
+        "import pipeline.cli.main\n"
         "import pipeline.ingest.worker as w\n"
         "from pipeline.engine.model_config import ModelConfig\n"
-        "from pipeline.engine.prepare import resolve_model\n"
+        "from pipeline.models.resolve import resolve_model\n"
         "from pipeline.engine.tokenizer import Tokenizer\n"
         "path = resolve_model('tiny-reasoner')\n"
         "ModelConfig.from_dir(path); Tokenizer(path).encode('Q: 1 + 1')\n"  # what setup() loads
     ),
-    "budget": "import pipeline.budget.worker\n",
+    "budget": "import pipeline.controller.worker\n",
     "gateway": "from pipeline.gateway.app import create_app\nimport pipeline.gateway.main\n",
-    "verify": "from pipeline.verify import tasks\n",
+    "verify": "from pipeline.verify import tasks, worker\n",
 }
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.budget import SloClassConfig
-from pipeline.budget.sim import SimConfig, make_jobs, run_fixed, simulate
+from tools.budget_sim import SimConfig, make_jobs, run_fixed, simulate
 
 SIM = SimConfig(bucket_s=10.0)
 LOOSE = SloClassConfig(slo_p95_ms=60_000.0)  # an SLO the fixed budget meets at light load

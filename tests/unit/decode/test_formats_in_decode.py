@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.decode.reasoning import ReasoningConfig
-from pipeline.engine import Engine, EngineConfig, SamplingParams
+from pipeline.engine import Engine, EngineConfig
 from pipeline.evals.verified import generate_verified
+from pipeline.schema import JobParams
 from tests.model_factory import add_char_tokenizer, make_tiny_model
 
 # DeepSeek-R1's template opens the thinking in the generation prompt; Qwen3's does not (and
@@ -52,12 +52,10 @@ def test_the_format_is_detected_and_sets_the_step_delimiter(r1_model, qwen3_mode
 
 def force(engine: Engine, messages, budget: int, seed: int):
     prompt = engine.encode_prompt(messages)
-    params = [SamplingParams(temperature=1.0, max_tokens=budget + 60, seed=seed)]
-    config = ReasoningConfig(
-        verify="off", max_thinking_tokens=budget, format=engine.reasoning_format
-    )
+    params = [JobParams(temperature=1.0, max_tokens=budget + 60, seed=seed, verify="off",
+                        max_thinking_tokens=budget)]  # fmt: skip
     text = engine.tokenizer.decode(prompt)
-    (out,) = generate_verified(engine, [messages], [()], params, config, None)
+    (out,) = generate_verified(engine, [messages], [()], params, None)
     return text, out
 
 

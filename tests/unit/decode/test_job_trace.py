@@ -15,7 +15,7 @@ from pipeline.decode.core import trace_marks
 from pipeline.decode.job_trace import JobTrace
 from pipeline.decode.kv_intake import KVOutcome, kv_mark
 from pipeline.decode.messages import Inward, TraceMark
-from pipeline.decode.reasoning import Check, Note
+from pipeline.reasoning.machine import Check, Note
 from pipeline.tracing import propagate, setup, spans, store
 from tests.unit import test_schema as schema_samples
 

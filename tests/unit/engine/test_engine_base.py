@@ -1,17 +1,17 @@
 """The sequence-level changes both engines make through one piece of code: the step-boundary
 feed, tokens put in by the caller, a failed sequence, params changed mid-run, an answer
-appended at the end (pure logic: a bare EngineBase over real Sequences)."""
+appended at the end, generate's loop (pure logic: a bare StepEngine over real Sequences)."""
 
 from __future__ import annotations
 
 import pytest
 
-from pipeline.engine.base import EngineBase
+from pipeline.engine.base import StepEngine
 from pipeline.engine.outputs import Request
 from pipeline.engine.sampling_params import SamplingParams
 from pipeline.engine.sequence import Sequence, SequenceStatus
 from pipeline.engine.tokenizer import StepBoundaryDetector
-from pipeline.errors import UnknownRequestError
+from pipeline.errors import InvalidRequestError, UnknownRequestError
 
 # token 0 "a", 1 "\n", 2 "b\n\nc", 3 "."
 TEXTS = ["a", "\n", "b\n\nc", "."]
@@ -49,11 +49,48 @@ def test_fail_ends_the_sequence_as_an_error() -> None:
     assert s.status is SequenceStatus.FINISHED and s.is_finished and s.finish_reason == "error"
 
 
-class Bare(EngineBase):
-    """Just the live sequences: `add` and `finish` as an engine keeps them."""
+class Bare(StepEngine):
+    """Just the live sequences: `add` and `finish` as an engine keeps them; a step appends a
+    token 5 to every running sequence and ends it after three."""
 
     def __init__(self) -> None:
         self.tokenizer, self.seqs, self._arrivals, self.finished = None, {}, 0, []
+        self.paused: set[str] = set()
+        self.steps = 0
+
+    def step(self):
+        self.steps += 1
+        for rid in [r for r in self.seqs if r not in self.paused]:
+            s = self.seqs[rid]
+            s.token_ids.append(5)
+            if s.num_output_tokens >= 3:
+                self.finish(rid, "length")
+        return []
+
+    @property
+    def has_schedulable(self) -> bool:
+        return any(r not in self.paused for r in self.seqs)
+
+    def kv_usage(self) -> tuple[int, int]:
+        return 0, 0
+
+    def pause(self, request_id: str) -> None:
+        self.paused.add(request_id)
+
+    def resume(self, request_id: str) -> None:
+        self.paused.discard(request_id)
+
+    def rollback(self, request_id: str, num_tokens: int, seed: int | None = None) -> None:
+        del self.seqs[request_id].token_ids[num_tokens:]
+
+    def append_tokens(self, request_id: str, token_ids: list[int]) -> None:
+        self.seqs[request_id].token_ids.extend(token_ids)
+
+    def abort(self, request_id: str) -> None:
+        self.seqs.pop(request_id)
+
+    def close(self) -> None:
+        self.seqs.clear()
 
     def add(self, request: Request) -> Sequence:
         self._arrivals += 1
@@ -91,3 +128,21 @@ def test_add_prompts_needs_a_tokenizer_for_text() -> None:
     assert [s.token_ids for s in seqs] == [[0, 1], [1, 0]] and e.num_unfinished == 2
     with pytest.raises(Exception, match="no tokenizer"):
         e.add_prompts(["text"])
+
+
+def test_generate_runs_every_prompt_to_its_end_in_order() -> None:
+    e = Bare()
+    outs = e.generate([[1, 2], [3]], SamplingParams(max_tokens=3))
+    assert [o.token_ids for o in outs] == [[5, 5, 5], [5, 5, 5]]
+    assert [o.finish_reason for o in outs] == ["length", "length"] and e.steps == 3
+
+
+def test_generate_refuses_to_spin_on_paused_sequences() -> None:
+    class Pausing(Bare):
+        def add(self, request: Request) -> Sequence:
+            s = super().add(request)
+            self.pause(s.request_id)  # held, as a strict-mode step end would hold it
+            return s
+
+    with pytest.raises(InvalidRequestError):
+        Pausing().generate([[3]])

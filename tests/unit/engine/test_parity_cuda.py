@@ -13,7 +13,7 @@ import torch
 import transformers
 
 from pipeline.engine import Engine, EngineConfig, SamplingParams
-from pipeline.engine.prepare import is_prepared, smollm2_dir
+from pipeline.models.paths import is_prepared, smollm2_dir
 from tests.model_factory import VARIANTS
 from tests.unit.engine.test_parity import engine_last_logits
 

@@ -10,10 +10,9 @@ import torch
 import transformers
 
 from pipeline.engine import Engine, EngineConfig, SamplingParams
-from pipeline.engine.prepare import is_prepared
-from pipeline.engine.prepare_r1 import is_current, r1_dir
 from pipeline.evals.runner import prompts_for
 from pipeline.evals.tasks import load_problems
+from pipeline.models.paths import is_current, is_prepared, r1_dir
 from tests.model_factory import hf_greedy_batch
 
 PATH = r1_dir()

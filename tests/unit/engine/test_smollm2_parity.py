@@ -9,7 +9,7 @@ import torch
 import transformers
 
 from pipeline.engine import Engine, EngineConfig, Request, SamplingParams
-from pipeline.engine.prepare import is_prepared, smollm2_dir
+from pipeline.models.paths import is_prepared, smollm2_dir
 from tests.model_factory import hf_greedy_batch
 
 PATH = smollm2_dir()

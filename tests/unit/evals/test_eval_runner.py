@@ -2,15 +2,16 @@ import argparse
 
 import pytest
 
+from pipeline.cli.parser import add_eval_args
 from pipeline.evals import runner
-from pipeline.evals.backends import Completion, EngineBackend
+from pipeline.evals.completers import Completion, EngineCompleter
 from pipeline.evals.scoring import score_trace
 from pipeline.evals.tasks import load_problems, parse_tasks
 
 
 def _parse(argv):
     parser = argparse.ArgumentParser()
-    runner.add_arguments(parser)
+    add_eval_args(parser)
     return parser.parse_args(argv)
 
 
@@ -82,7 +83,7 @@ def test_summary_and_table():
 
 
 class _StubEngine:
-    """Just enough of pipeline.engine.Engine for EngineBackend: echo, context of 10 tokens."""
+    """Just enough of pipeline.engine.Engine for EngineCompleter: echo, context of 10 tokens."""
 
     max_model_len = 10
 
@@ -100,8 +101,8 @@ class _StubEngine:
         ]
 
 
-def test_engine_backend_skips_prompts_that_do_not_fit():
-    backend = EngineBackend.__new__(EngineBackend)
+def test_engine_completer_skips_prompts_that_do_not_fit():
+    backend = EngineCompleter.__new__(EngineCompleter)
     backend.engine = _StubEngine()
     outs = backend.generate(["abc", "x" * 10, "abcdefghi"], 0.7, 5, [7, 8, 9])
     assert [o.finish_reason for o in outs] == ["stop", "prompt_too_long", "stop"]

@@ -14,7 +14,7 @@ import torch
 from pipeline.engine.sampler import Sampler
 from pipeline.engine.sampling_params import SamplingParams
 from pipeline.kernels import cpu_build, dispatch, logits_stats, logits_stats_cpu
-from pipeline.kernels.logits_stats import logits_stats_torch
+from pipeline.kernels.logits_stats import LogitsStats, logits_stats_torch
 
 
 @pytest.fixture(autouse=True)
@@ -41,13 +41,17 @@ def check(stats, logits, atol=2e-5):
 @pytest.mark.parametrize("vocab", [1, 5, 16, 700, 49152])
 def test_matches_reference(vocab):
     logits = make_logits(5, vocab)
-    check(logits_stats_cpu.logits_stats_cpu(logits), logits)
+    check(LogitsStats(*logits_stats_cpu.logits_stats_cpu(logits)), logits)
 
 
 def test_entropy_is_closer_to_fp64_than_the_references():
     logits = make_logits(16, 49152, shift=20.0)  # large logits: the reference cancels
     exact = logits_stats_torch(logits.double()).entropy
-    c_err = (logits_stats_cpu.logits_stats_cpu(logits).entropy.double() - exact).abs().max()
+    c_err = (
+        (LogitsStats(*logits_stats_cpu.logits_stats_cpu(logits)).entropy.double() - exact)
+        .abs()
+        .max()
+    )
     torch_err = (logits_stats_torch(logits).entropy.double() - exact).abs().max()
     assert c_err < torch_err and c_err < 2e-5
 
@@ -58,7 +62,7 @@ def test_ties_take_the_first_index():
     logits[1, [17, 990]] = 50.0  # first in a vector, second in the scalar tail
     logits[2, [3, 19]] = 50.0  # different lanes' vectors: the lower index
     logits[3] = 0.0  # all equal: index 0, max-probability 1 / V, entropy log V
-    stats = logits_stats_cpu.logits_stats_cpu(logits)
+    stats = LogitsStats(*logits_stats_cpu.logits_stats_cpu(logits))
     assert stats.argmax.tolist() == [5, 17, 3, 0]
     torch.testing.assert_close(stats.max_prob[3], torch.tensor(1 / 1000))
     torch.testing.assert_close(stats.entropy[3], torch.tensor(1000.0).log())
@@ -79,7 +83,7 @@ def test_strided_rows_and_threads():
         torch.set_num_threads(threads)
     for a, b in zip(one, two, strict=True):
         assert torch.equal(a, b)  # rows are independent: the split cannot change a result
-    check(two, logits)
+    check(LogitsStats(*two), logits)
 
 
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 flag")
@@ -90,7 +94,7 @@ def test_portable_build_matches(tmp_path, monkeypatch):
     monkeypatch.setenv("STEPWISE_KERNELS_CFLAGS", "-mno-avx512f")
     cpu_build.load.cache_clear()
     try:
-        stats = logits_stats_cpu.logits_stats_cpu(logits)
+        stats = LogitsStats(*logits_stats_cpu.logits_stats_cpu(logits))
         assert list(tmp_path.glob("logits_stats_cpu-*.so"))
     finally:
         cpu_build.load.cache_clear()

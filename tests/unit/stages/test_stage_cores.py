@@ -3,16 +3,17 @@
 import pytest
 
 from pipeline import schema
-from pipeline.decode.driver import ReasoningDriver
-from pipeline.decode.reasoning import ReasoningConfig
 from pipeline.decode.results import JobRun, finish, outward, token_events
-from pipeline.engine.prepare import resolve_model
 from pipeline.engine.sampling_params import SamplingParams
 from pipeline.engine.sequence import Sequence
 from pipeline.engine.tokenizer import Tokenizer
 from pipeline.errors import InvalidRequestError, PromptTooLongError
 from pipeline.formats import get_format
-from pipeline.ingest.core import IngestCore, job_seed
+from pipeline.ingest.admission import IngestCore, job_seed
+from pipeline.models.resolve import resolve_model
+from pipeline.reasoning.driver import ReasoningDriver
+from pipeline.reasoning.loop import ReasoningJob
+from pipeline.reasoning.machine import ReasoningConfig
 
 BUDGET = schema.Budget(max_steps=8, max_thinking_tokens=64)
 
@@ -127,7 +128,8 @@ def make_run(tok, text: str, stream: str = "steps", verify: str = "off") -> JobR
             seq.step_ends.append(seq.num_tokens)
     driver = ReasoningDriver(TextOnlyEngine(tok), seq, ReasoningConfig(verify=verify))
     problem = tok.decode(prompt)
-    return JobRun(h, driver, problem, "stepwise.verdicts:w", started_ms=150)
+    job = ReasoningJob("d-1", driver, h.params, BUDGET)
+    return JobRun(h, job, problem, "stepwise.verdicts:w", started_ms=150)
 
 
 def advance(run, tok, now_ms):

@@ -12,8 +12,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from pipeline.engine.lora import add_lora, merge_lora
+from pipeline.models.prepare import merge_lora
 from tests.model_factory import add_char_tokenizer, make_tiny_model
+from tools.lora import add_lora
 
 ROOT = Path(__file__).resolve().parents[3]
 TEMPLATE = (

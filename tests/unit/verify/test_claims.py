@@ -22,10 +22,10 @@ from pipeline.verify.claims import (
     Var,
     evaluate,
     extract_claims,
-    extract_premises,
     question_premise,
     variables,
 )
+from pipeline.verify.prose import extract_premises
 
 
 def texts(step: str, answer_var: str | None = None) -> list[str]:

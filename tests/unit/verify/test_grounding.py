@@ -3,7 +3,7 @@ problem and earlier steps, named quantities bound once."""
 
 from __future__ import annotations
 
-from pipeline.decode.reasoning import Note, Reasoner, ReasoningConfig, Rollback
+from pipeline.reasoning.machine import Note, Reasoner, ReasoningConfig, Rollback
 from pipeline.schema import VerdictMessage, decode, encode
 from pipeline.verify.bindings import Bindings
 from pipeline.verify.checker import CONTRADICTED, ENTAILED, UNGROUNDED, Checker

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from celery.signals import worker_shutdown
 
-from pipeline.verify import tasks
+from pipeline.verify import worker as verify_worker
 
 
 class FakeApp:
@@ -21,21 +21,21 @@ class FakeApp:
 
 
 def test_a_worker_that_fails_is_started_again_until_it_stops_cleanly(monkeypatch, caplog):
-    monkeypatch.setattr(tasks, "RESTART_DELAY_S", (0.0, 0.0))
+    monkeypatch.setattr(verify_worker, "RESTART_DELAY_S", (0.0, 0.0))
     app = FakeApp([1, 1, 0])
-    assert tasks.run_worker(app, ["worker"]) == 0  # type: ignore[arg-type]
+    assert verify_worker.run_worker(app, ["worker"]) == 0  # type: ignore[arg-type]
     assert app.runs == 3
     assert caplog.text.count("starting it again") == 2
 
 
 def test_restarts_can_be_bounded(monkeypatch):
-    monkeypatch.setattr(tasks, "RESTART_DELAY_S", (0.0, 0.0))
+    monkeypatch.setattr(verify_worker, "RESTART_DELAY_S", (0.0, 0.0))
     app = FakeApp([1, 1, 1, 1])
-    assert tasks.run_worker(app, ["worker"], restarts=1) == 1  # type: ignore[arg-type]
+    assert verify_worker.run_worker(app, ["worker"], restarts=1) == 1  # type: ignore[arg-type]
     assert app.runs == 2
 
 
 def test_a_clean_shutdown_is_not_restarted():
     app = FakeApp([0])
-    assert tasks.run_worker(app, ["worker"]) == 0  # type: ignore[arg-type]
+    assert verify_worker.run_worker(app, ["worker"]) == 0  # type: ignore[arg-type]
     assert app.runs == 1

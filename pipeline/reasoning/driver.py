@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import math
 
-from pipeline.decode.reasoning import (
+from pipeline.engine import Engine, Request, SamplingParams
+from pipeline.engine.sequence import Sequence
+from pipeline.reasoning.machine import (
     Action,
     Check,
     ExitWith,
@@ -24,8 +26,6 @@ from pipeline.decode.reasoning import (
     Resume,
     Rollback,
 )
-from pipeline.engine import Engine, Request, SamplingParams
-from pipeline.engine.sequence import Sequence
 
 Outward = Check | Note
 

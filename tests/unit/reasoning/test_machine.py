@@ -3,7 +3,7 @@
 import pytest
 
 from pipeline.budget.effective import JobBudget
-from pipeline.decode.reasoning import (
+from pipeline.reasoning.machine import (
     Check,
     ExitWith,
     Finish,

@@ -6,6 +6,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from pipeline.config import EngineConfig
+from pipeline.engine import SamplingParams
+from pipeline.stage.engines import make_engine
+
 
 @dataclass(frozen=True, slots=True)
 class Completion:
@@ -14,14 +18,14 @@ class Completion:
     finish_reason: str | None
 
 
-class Backend(Protocol):
+class Completer(Protocol):
     def generate(
         self, prompts: list[str], temperature: float, max_tokens: int, seeds: list[int]
     ) -> list[Completion]: ...
 
 
-class EngineBackend:
-    """A step engine (native, or vLLM through pipeline/vllm/backend.py), driven directly
+class EngineCompleter:
+    """A step engine (native, or vLLM through pipeline/vllm/engine.py), driven directly
     (no Kafka); one request per prompt, seeded each."""
 
     def __init__(
@@ -33,9 +37,6 @@ class EngineBackend:
         vllm_url: str = "",
         reasoning_format: str | None = None,
     ) -> None:
-        from pipeline.engine import EngineConfig
-        from pipeline.engine.backend import make_engine
-
         self.name = kind
         config = EngineConfig(
             model=str(model), dtype=dtype, device=device, reasoning_format=reasoning_format
@@ -48,8 +49,6 @@ class EngineBackend:
     def generate(
         self, prompts: list, temperature: float, max_tokens: int, seeds: list[int]
     ) -> list[Completion]:
-        from pipeline.engine import SamplingParams
-
         # A prompt that leaves no room in the context is a failed problem, not a failed run.
         ids = [self.engine.encode_prompt(p) for p in prompts]
         fits = [i for i, x in enumerate(ids) if len(x) < self.engine.max_model_len]
@@ -65,13 +64,13 @@ class EngineBackend:
         return [done.get(i, Completion("", 0, "prompt_too_long")) for i in range(len(prompts))]
 
 
-class HFBackend:
+class HFCompleter:
     """transformers `generate`, batched with left padding: the reference the engine must match."""
 
     name = "hf"
 
     def __init__(self, model: str | Path, dtype: str = "float32", device: str = "cpu") -> None:
-        import torch
+        import torch  # optional heavy dependencies: the HF reference only
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.torch = torch
@@ -133,17 +132,17 @@ class HFBackend:
         return comps
 
 
-def make_backend(
+def make_completer(
     name: str,
     model: str | Path,
     dtype: str = "float32",
     vllm_url: str = "",
     reasoning_format: str | None = None,
-) -> Backend:
+) -> Completer:
     if name in ("native", "vllm"):
-        return EngineBackend(
+        return EngineCompleter(
             model, dtype, kind=name, vllm_url=vllm_url, reasoning_format=reasoning_format
         )
     if name == "hf":
-        return HFBackend(model, dtype)
+        return HFCompleter(model, dtype)
     raise ValueError(f"unknown engine {name!r}; use native, vllm or hf")

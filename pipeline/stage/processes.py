@@ -1,4 +1,4 @@
-"""Process plumbing for local services and stacks: free ports, binaries, child set-up."""
+"""Process plumbing for workers, local services and stacks: free ports, binaries, child set-up."""
 
 from __future__ import annotations
 
@@ -12,15 +12,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from pipeline.errors import StepwiseError
+from pipeline.errors import ServiceError
 
 HOST = "127.0.0.1"
-
-
-class ServiceError(StepwiseError):
-    """A local service binary is missing, or a service did not start or answer in time."""
-
-    code = "service_unavailable"
 
 
 def free_port(host: str = HOST) -> int:

@@ -23,7 +23,7 @@ from dataclasses import replace
 
 from aiokafka import ConsumerRecord
 
-from pipeline import budget, schema, settings, telemetry
+from pipeline import budget, schema, telemetry
 from pipeline.budget.signals import EARLY_EXIT_SAVING, Demand, Signals, merge_reports, quantile
 from pipeline.budget.state import (
     ClassStatus,
@@ -89,7 +89,7 @@ class BudgetWorker(StageWorker):
         arrivals_window_s: float = ARRIVALS_WINDOW_S,
     ) -> None:
         super().__init__(config)
-        budget_config = budget_config or settings.current().budget()
+        budget_config = budget_config or budget.budget_config()
         self.budget_config = budget_config
         self.clock = clock  # injectable with `sleep`: the tests drive the loop without sleeping
         self.sleep = sleep

@@ -1,11 +1,8 @@
-"""LoRA for the R1-style reasoner: low-rank adapters on a frozen base, and merging them in.
-
-`add_lora(model, rank, alpha, targets)` wraps the named linear layers of an HF model so that
-`y = W x + (alpha / rank) * B (A x)`, with only A and B trainable (B starts at zero, so the
-wrapped model starts as the base). `merge_lora(state_dict, adapter, config)` adds
-`(alpha / rank) * B @ A` into the base weights of a safetensors state dict: the merged
-checkpoint is a plain HF model the engine and transformers load as they load any other.
-"""
+"""LoRA for training the R1-style reasoner (tools/train_r1_reasoner.py): low-rank adapters on a
+frozen base. `add_lora(model, rank, alpha, targets)` wraps the named linear layers of an HF model
+so that `y = W x + (alpha / rank) * B (A x)`, with only A and B trainable (B starts at zero, so
+the wrapped model starts as the base). Merging an adapter into a checkpoint is the runtime's
+(pipeline/models/prepare.py: `merge_lora`)."""
 
 from __future__ import annotations
 
@@ -51,22 +48,3 @@ def add_lora(model: nn.Module, rank: int, alpha: float, targets=TARGETS) -> list
 def adapter_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """The trainable tensors only: `<layer>.lora_a` / `<layer>.lora_b`."""
     return {k: v.detach().clone() for k, v in model.state_dict().items() if ".lora_" in k}
-
-
-def merge_lora(
-    weights: dict[str, torch.Tensor], adapter: dict[str, torch.Tensor], rank: int, alpha: float
-) -> dict[str, torch.Tensor]:
-    """Base weights with every adapter's update added in (`<layer>.weight` += s * B @ A)."""
-    merged = dict(weights)
-    scale = alpha / rank
-    for key, a in adapter.items():
-        if not key.endswith(".lora_a"):
-            continue
-        layer = key[: -len(".lora_a")]
-        b = adapter[f"{layer}.lora_b"]
-        target = f"{layer}.weight"
-        if target not in merged:
-            raise KeyError(f"the base has no weight {target} for adapter {layer}")
-        w = merged[target]
-        merged[target] = (w.float() + scale * (b.float() @ a.float())).to(w.dtype)
-    return merged

@@ -11,9 +11,9 @@ import pytest
 
 from pipeline.config import EngineConfig
 from pipeline.engine import Request, SamplingParams
-from pipeline.engine.prepare import resolve_model
 from pipeline.engine.sequence import SequenceStatus
-from pipeline.vllm.backend import VLLMEngine, submission_seed
+from pipeline.models.resolve import resolve_model
+from pipeline.vllm.engine import VLLMEngine, submission_seed
 from pipeline.vllm.server import Delta
 
 

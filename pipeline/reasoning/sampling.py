@@ -1,5 +1,6 @@
 """The one place request parameters become SamplingParams: a Job's JobParams (or CLI flags of the
-same names), and a handoff's for decode with its verify mode's holds."""
+same names), and a reasoning job's with its verify mode's holds (decode's handoffs and
+`stepwise eval`'s problems alike)."""
 
 from __future__ import annotations
 
@@ -29,9 +30,14 @@ def reasoning_params(params: SamplingParams, verify: str) -> SamplingParams:
     return params
 
 
-def handoff_params(h: schema.Handoff, max_tokens: int) -> SamplingParams:
-    """What decode runs a handoff with: the job's knobs, the seed ingest gave it, the engine's
-    token limit, and its verify mode's holds."""
+def job_params(params: schema.JobParams, seed: int, max_tokens: int) -> SamplingParams:
+    """What a reasoning job runs with: its knobs, its seed (ingest's for a handoff), the
+    engine's token limit, and its verify mode's holds."""
     return reasoning_params(
-        sampling_params(h.params, seed=h.seed, max_tokens=max_tokens), h.params.verify
+        sampling_params(params, seed=seed, max_tokens=max_tokens), params.verify
     )
+
+
+def handoff_params(h: schema.Handoff, max_tokens: int) -> SamplingParams:
+    """What decode runs a handoff with (`job_params` with the seed ingest gave it)."""
+    return job_params(h.params, h.seed, max_tokens)

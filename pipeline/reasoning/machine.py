@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.budget.effective import JobBudget
-from pipeline.decode.reasoning_types import (
+from pipeline.reasoning.types import (
     CONTRADICTED,
     UNVERIFIED,
     VERIFIED,

@@ -23,14 +23,12 @@ import logging
 import random
 import time
 from collections import deque
-from collections.abc import Sequence as Seq
 from pathlib import Path
 
 from pipeline.config import EngineConfig
-from pipeline.engine.base import EngineBase, EngineStats
+from pipeline.engine.base import EngineStats, StepEngine
 from pipeline.engine.model_config import ModelConfig
-from pipeline.engine.outputs import Request, RequestOutput, TokenOutput
-from pipeline.engine.sampling_params import SamplingParams
+from pipeline.engine.outputs import Request, TokenOutput
 from pipeline.engine.sequence import Sequence, SequenceStatus
 from pipeline.engine.tokenizer import StepBoundaryDetector, Tokenizer
 from pipeline.errors import InvalidRequestError
@@ -55,7 +53,7 @@ def submission_seed(seed: int, num_tokens: int) -> int:
     return (x ^ (x >> 31)) & _MASK63
 
 
-class VLLMEngine(EngineBase):
+class VLLMEngine(StepEngine):
     """The Engine API (add / step / pause / resume / rollback / append_tokens / finish / abort)
     over a vLLM server. `url`: a running one; empty: start one and own it."""
 
@@ -310,19 +308,6 @@ class VLLMEngine(EngineBase):
         )  # fmt: skip
 
     # -- batch use ----------------------------------------------------------------------------
-
-    def generate(
-        self,
-        prompts: Seq[str] | Seq[list[int]],
-        params: SamplingParams | Seq[SamplingParams] | None = None,
-        use_tqdm: bool = False,
-    ) -> list[RequestOutput]:
-        seqs = self.add_prompts(prompts, params)
-        while any(not s.is_finished for s in seqs):
-            if not self.has_schedulable:
-                raise InvalidRequestError("only paused sequences left: resume them first")
-            self.step()
-        return [self.request_output(s) for s in seqs]
 
     def close(self) -> None:
         for rid in list(self.live):

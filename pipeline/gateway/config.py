@@ -1,4 +1,5 @@
-"""The gateway's configuration: one object, built from the process's settings (settings.py)."""
+"""The gateway's configuration: one object, every setting declared beside its field
+(pipeline/settings.py), built from the process's settings (`GatewayConfig.from_settings`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass, field
 from pipeline.config import PipelineConfig
 from pipeline.errors import StepwiseError
 from pipeline.gateway.limits import RateLimit
+from pipeline.settings import Settings, build, current, declared, setting
 
 
 class InsecureGatewayError(StepwiseError):
@@ -84,28 +86,100 @@ def rate_limit(rate: float, burst: int | None = None) -> RateLimit:
     return RateLimit(rate, burst if burst is not None else max(1, math.ceil(rate)))
 
 
+GATEWAY_PORT = "GATEWAY_PORT"  # read by `stepwise stream` for the local gateway's address
+
+
+@declared
 @dataclass(slots=True)
 class GatewayConfig:
     """Where the pipeline is and how the gateway serves it."""
 
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
-    port: int = 8000
-    host: str = "127.0.0.1"  # beyond loopback it needs API keys, or allow_open
-    allow_open: bool = False  # beyond loopback with no keys: serve anyway, warned at start
-    api_keys: dict[str, str] = field(default_factory=dict)  # empty: auth off, tenant "default"
-    api_keys_redis: bool = False  # also accept keys from the Redis hash {prefix}apikeys
-    key_cache_ttl_s: float = 5.0  # Redis-held keys (and unknown keys) are cached this long
-    tenant_max_inflight: int = 0  # jobs without a Result per tenant (this gateway); 0: no limit
-    tenant_rate: RateLimit = field(default_factory=RateLimit)  # jobs/s + burst; rate 0: none
-    tenant_rates: dict[str, RateLimit] = field(default_factory=dict)  # per-tenant overrides
-    ws_max_queue: int = 1000  # events a WebSocket may fall behind before it is closed
+    port: int = setting(8000, env=GATEWAY_PORT, concern="gateway",
+                        help="HTTP / WebSocket / OpenAI API port")  # fmt: skip
+    # Beyond loopback it needs API keys, or allow_open.
+    host: str = setting(
+        "127.0.0.1",
+        env="GATEWAY_HOST",
+        concern="gateway",
+        flag="--host",
+        help="address the gateway binds (beyond loopback: API keys, or --allow-open)",
+    )
+    allow_open: bool = setting(
+        False,
+        env="GATEWAY_ALLOW_OPEN",
+        concern="gateway",
+        flag="--allow-open",
+        help="serve beyond loopback with no API keys (warned at start); else such a gateway "
+        "refuses",
+    )
+    api_keys: dict[str, str] = setting(
+        env="API_KEYS",
+        concern="gateway",
+        kind=parse_api_keys,
+        factory=dict,
+        secret=True,
+        help="key:tenant,...; empty: no auth, tenant `default`",
+    )
+    api_keys_redis: bool = setting(
+        False,
+        env="API_KEYS_REDIS",
+        concern="gateway",
+        help="also accept keys from Redis ({prefix}apikeys)",
+    )
+    key_cache_ttl_s: float = setting(
+        5.0,
+        env="KEY_CACHE_TTL_S",
+        concern="gateway",
+        help="Redis-held keys (and unknown keys) are cached this long",
+    )
+    tenant_max_inflight: int = setting(
+        0,
+        env="TENANT_MAX_INFLIGHT",
+        concern="gateway",
+        help="jobs without a Result per tenant (this gateway); 0: no limit",
+    )
+    tenant_rate: float = setting(0.0, env="TENANT_RATE", concern="gateway",
+                                 help="jobs/s per tenant; 0: no limit")  # fmt: skip
+    tenant_burst: int | None = setting(
+        None,
+        env="TENANT_BURST",
+        concern="gateway",
+        kind=int,
+        help="burst of TENANT_RATE; empty: the rate rounded up",
+    )
+    tenant_rates: dict[str, RateLimit] = setting(
+        env="TENANT_RATES",
+        concern="gateway",
+        kind=parse_rate_limits,
+        factory=dict,
+        help="per-tenant rates: tenant:rate[/burst],...",
+    )
+    ws_max_queue: int = setting(
+        1000,
+        env="WS_MAX_QUEUE",
+        concern="gateway",
+        help="events a WebSocket may fall behind before it is closed",
+    )
     # permessage-deflate costs zlib CPU on both ends for every event and saves little on
     # ~200-byte JSON messages: off unless asked for (bench/RESULTS.md, gateway load)
-    ws_deflate: bool = False
+    ws_deflate: bool = setting(False, env="WS_DEFLATE", concern="gateway",
+                               help="permessage-deflate on WebSockets")  # fmt: skip
     max_jobs: int = 10_000  # job logs kept in memory (oldest finished ones go first)
     max_events_per_job: int = 10_000  # older events of a longer job are dropped
     result_timeout_s: float = 300.0  # chat completions wait this long for a Result
     final_grace_s: float = 2.0  # after an ok Result, wait this long for its `final` event
+
+    @classmethod
+    def from_settings(cls, source: Settings | None = None, **overrides: object) -> GatewayConfig:
+        """The gateway's config from the process's settings (and its pipeline's)."""
+        source = source or current()
+        return build(cls, source, pipeline=build(PipelineConfig, source), **overrides)
+
+    @property
+    def tenant_limit(self) -> RateLimit:
+        """Every tenant's rate limit but the named ones': jobs/s and burst (rate 0: none)."""
+        return rate_limit(self.tenant_rate, self.tenant_burst)
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:

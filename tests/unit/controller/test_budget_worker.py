@@ -17,8 +17,8 @@ import pytest
 from pipeline import budget, schema
 from pipeline.budget.signals import DecodeReport, RunningJob
 from pipeline.budget.state import publish_report, read_status
-from pipeline.budget.worker import BudgetWorker, demand_of
 from pipeline.config import PipelineConfig
+from pipeline.controller.worker import BudgetWorker, demand_of
 
 
 class FakePipeline:

@@ -5,10 +5,12 @@ from concurrent.futures import Future
 
 import pytest
 
-from pipeline.decode.reasoning import ReasoningConfig
+from pipeline.config import PipelineConfig
 from pipeline.engine import Engine, EngineConfig, SamplingParams
-from pipeline.engine.prepare import resolve_model
 from pipeline.evals.verified import generate_verified
+from pipeline.models.resolve import resolve_model
+from pipeline.reasoning.types import ReasoningConfig
+from pipeline.schema import JobParams
 
 PROMPT = "Q: Compute (7 + 8) * 3 - 5.\n"
 
@@ -36,10 +38,17 @@ def engine() -> Engine:
     return Engine(EngineConfig(model=str(resolve_model("tiny-reasoner")), dtype="float32"))
 
 
+JOB_FIELDS = ("max_thinking_tokens", "max_steps", "early_exit")  # what a Job carries itself
+
+
 def run(engine, verify, verifier, seed=3, max_tokens=200, **kw):
-    params = [SamplingParams(temperature=0.7, max_tokens=max_tokens, seed=seed)]
-    config = ReasoningConfig(verify=verify, **kw)
-    return generate_verified(engine, [PROMPT], [()], params, config, verifier)[0]
+    """The prompt as a job of the pipeline (JobParams), through the loop decode runs;
+    `kw`: the job's own caps, the pipeline's retries, the reasoning machine's other knobs."""
+    own = {k: kw.pop(k) for k in JOB_FIELDS if k in kw}
+    knobs = {k: kw.pop(k) for k in ("max_retries", "max_backtracks") if k in kw}
+    params = [JobParams(temperature=0.7, max_tokens=max_tokens, seed=seed, verify=verify, **own)]
+    return generate_verified(engine, [PROMPT], [()], params, verifier,
+                             pipeline=PipelineConfig(**knobs), reasoning=kw)[0]  # fmt: skip
 
 
 @pytest.mark.parametrize("verify", ["async", "strict"])
@@ -112,7 +121,7 @@ def test_probes_end_the_job_early_and_are_paid_for(engine):
 
 
 def test_every_probe_token_is_paid_for_even_when_the_job_ends_first(engine, monkeypatch):
-    from pipeline.decode.driver import ReasoningDriver
+    from pipeline.reasoning.driver import ReasoningDriver
 
     started = []
     start_probe = ReasoningDriver._start_probe
@@ -135,10 +144,10 @@ def drive(engine, verify, delay=0, reject=lambda i, text, n: False, max_tokens=2
           **kw):  # fmt: skip
     """Decode one sequence; each verdict arrives `delay(step, text, n)` engine steps after its
     check (a number: the same delay for all). Returns the driver when the sequence is done."""
-    from pipeline.decode.driver import ReasoningDriver
-    from pipeline.decode.reasoning import Check
     from pipeline.engine import Request
-    from pipeline.stage.sampling import reasoning_params
+    from pipeline.reasoning.driver import ReasoningDriver
+    from pipeline.reasoning.machine import Check
+    from pipeline.reasoning.sampling import reasoning_params
 
     sampling = SamplingParams(temperature=0.7, max_tokens=max_tokens, seed=3)
     params = reasoning_params(sampling, verify)

@@ -13,9 +13,10 @@ import transformers
 from safetensors.torch import load_file, save_file
 
 from pipeline.engine import Engine, EngineConfig, SamplingParams
-from pipeline.engine.prepare_r1 import is_current, prepare_r1_reasoner
 from pipeline.errors import ModelLoadError
 from pipeline.formats import detect_format
+from pipeline.models.paths import is_current
+from pipeline.models.prepare import prepare_r1_reasoner
 from tests.model_factory import add_char_tokenizer, hf_greedy, make_tiny_model
 
 ROOT = Path(__file__).resolve().parents[3]

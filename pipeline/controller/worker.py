@@ -140,7 +140,7 @@ class BudgetWorker(StageWorker):
 
     async def _control_loop(self) -> None:
         self.start_schedule(self.clock())
-        while True:
+        while not self.halting:  # (a cancellation a library swallows still ends it)
             await self.sleep(max(0.0, min(self.due.values()) - self.clock()))
             await self.control_step(self.clock())
 

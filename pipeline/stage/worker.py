@@ -19,6 +19,7 @@ import signal
 import socket
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable
 
 import msgspec
 from aiokafka import ConsumerRecord
@@ -35,6 +36,8 @@ from pipeline.stage.transient import TRANSIENT_RETRY_S, Backoff, is_transient
 from pipeline.telemetry import gcstats
 from pipeline.topics import Topics
 from pipeline.tracing import setup as tracing_setup
+
+RELEASE_TIMEOUT_S = 10.0  # each shutdown step's bound (the consumer, the producer, Redis)
 
 log = logging.getLogger(__name__)
 
@@ -277,11 +280,11 @@ class StageWorker(ABC):
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             log.info("%s: releasing its resources", self.worker_id)
-            await self.teardown()
+            await self._release("teardown", self.teardown())
             if self.loop is not None:
-                await self.loop.close()
-            await self.producer.stop()
-            await self.redis.aclose()
+                await self._release("the consumer", self.loop.close())
+            await self._release("the producer", self.producer.stop())
+            await self._release("redis", self.redis.aclose())
             if watchdog is not None:
                 watchdog.cancel()
             if (gc_stats := getattr(self, "gc_stats", None)) is not None:
@@ -290,6 +293,18 @@ class StageWorker(ABC):
             log.info("%s stopped", self.worker_id)
         if self.failure is not None:
             raise self.failure
+
+    async def _release(self, what: str, step: Awaitable[object]) -> None:
+        """One step of the shutdown, bounded: a broker or Redis that does not answer (a
+        consumer leaving its group, a last commit) must not keep the process from exiting;
+        it was killed after 60 s instead, and what it held went unreleased anyway."""
+        try:
+            await asyncio.wait_for(step, RELEASE_TIMEOUT_S)
+        except TimeoutError:
+            log.warning("%s: releasing %s took over %.0f s; going on", self.worker_id, what,
+                        RELEASE_TIMEOUT_S)  # fmt: skip
+        except Exception:
+            log.exception("%s: releasing %s failed; going on", self.worker_id, what)
 
     async def _until_stopped(self, consume: asyncio.Task) -> None:
         """Wait for stop(); a consume loop or background task that dies first fails the

@@ -1,5 +1,8 @@
 """The pure cores of ingest and decode, with the bundled tokenizer and no Kafka or Redis."""
 
+import asyncio
+from types import SimpleNamespace
+
 import pytest
 
 from pipeline import schema
@@ -14,6 +17,7 @@ from pipeline.models.resolve import resolve_model
 from pipeline.reasoning.driver import ReasoningDriver
 from pipeline.reasoning.loop import ReasoningJob
 from pipeline.reasoning.machine import ReasoningConfig
+from pipeline.stage import worker as stage_worker
 
 BUDGET = schema.Budget(max_steps=8, max_thinking_tokens=64)
 
@@ -225,3 +229,27 @@ def test_an_unterminated_last_line_is_a_step_and_length_is_max_tokens(tok):
     events, result = finish(run, tok, now_ms=400)
     assert [s.text for s in result.steps] == ["3 + 4 = 7", "Answer: 7"]
     assert result.budget.stop_reason == "max_tokens"
+
+
+def test_a_shutdown_step_that_hangs_is_bounded(monkeypatch, caplog):
+    """A consumer that never leaves its group (a broker that stopped answering) must not keep
+    a worker from exiting: each release step is bounded, logged, and the rest go on."""
+    monkeypatch.setattr(stage_worker, "RELEASE_TIMEOUT_S", 0.05)
+    me = SimpleNamespace(worker_id="w-1")
+    released = []
+
+    async def hangs():
+        await asyncio.Event().wait()
+
+    async def fails():
+        raise ConnectionError("gone")
+
+    async def shutdown():
+        await stage_worker.StageWorker._release(me, "the consumer", hangs())
+        await stage_worker.StageWorker._release(me, "the producer", fails())
+        released.append("redis")
+
+    asyncio.run(asyncio.wait_for(shutdown(), 5))
+    assert released == ["redis"]
+    assert "releasing the consumer took over" in caplog.text
+    assert "releasing the producer failed" in caplog.text

@@ -136,6 +136,7 @@ ELSEWHERE = {
     "TEST_REDIS": "tests: a Redis to run the integration suite on",
     "TEST_ARTIFACTS": "tests: where integration tests keep their logs",
     "SKIP_VLLM": "scripts/setup.sh: skip the vLLM venv",
+    "WITH_VLLM": "scripts/setup.sh: build the vLLM venv too (scripts/test.sh sets it)",
     "VLLM_VENV": "scripts/setup.sh: where the vLLM venv goes",
     "TORCH_VERSION": "scripts/setup.sh: the torch pinned",
     "TEST_MOONCAKE": "tests: 1 fails the mooncake tests where the wheel is missing (else skip)",

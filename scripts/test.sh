@@ -2,7 +2,7 @@
 # Sets up .venv (if needed) and runs the whole test suite. Extra args go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/setup.sh
+STEPWISE_WITH_VLLM=1 ./scripts/setup.sh  # the vLLM engine's tests need .venv-vllm
 export OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 set +e
 .venv/bin/python -m pytest -q "$@"

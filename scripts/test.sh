@@ -5,7 +5,7 @@ cd "$(dirname "$0")/.."
 STEPWISE_WITH_VLLM=1 ./scripts/setup.sh  # the vLLM engine's tests need .venv-vllm
 export OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 set +e
-.venv/bin/python -m pytest -q "$@"
+.venv/bin/python -m pytest -q --durations=25 "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then

@@ -2,7 +2,7 @@
 one stack of its own, beside a run without a fault, as a table.
 
 Each case sends the same batch of jobs (same prompts and settings, new ids: a job id is an
-idempotency key) to a stack of its own (pipeline/local/faults.py: embedded broker and Redis on
+idempotency key) to a stack of its own (tools/faults.py: embedded broker and Redis on
 free ports, real ingest, prefill, decode and Celery verify worker processes), injects its fault
 once every job is sent and decode is stepping, follows every job to its Result (or the
 deadline), then counts every Result record on the topic per job id.
@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.local.faults import FAULTS, FaultRun, FaultStack, make_jobs, run_case  # noqa: E402
+from tools.faults import FAULTS, FaultRun, FaultStack, make_jobs, run_case  # noqa: E402
 
 COLUMNS = (
     ("fault", "fault"),

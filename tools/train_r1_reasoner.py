@@ -35,8 +35,8 @@ sys.path.insert(0, str(ROOT))
 
 from pipeline.evals.generators import make_problem  # noqa: E402
 from pipeline.evals.problems import TRAIN_SEED_BASE, split_of  # noqa: E402
-from pipeline.evals.r1_style import r1_trace  # noqa: E402
 from tools.lora import TARGETS, adapter_state, add_lora  # noqa: E402
+from tools.r1_style import r1_trace  # noqa: E402
 
 # The broader curriculum (pipeline/evals/curriculum.py beside the tiny reasoner's families).
 MIX = (("arith", 0.15), ("product", 0.15), ("signed", 0.12), ("linear", 0.14),

@@ -170,7 +170,7 @@ class EmbeddedService(ABC):
 
     async def arestart(self, timeout: float = START_TIMEOUT_S) -> None:
         """SIGKILL (as a crash would) and start again on the same port, so its clients find it
-        where they left it; an in-memory service comes back empty (pipeline/local/faults.py)."""
+        where they left it; an in-memory service comes back empty (tools/faults.py)."""
         proc, self._proc = self._proc, None
         if proc is not None and proc.poll() is None:
             proc.kill()

@@ -156,7 +156,7 @@ def run_worker(app: Celery, argv: list[str], restarts: int | None = None) -> int
     Celery 5.7 / kombu 5.7 give up for good when Redis goes away while tasks are reserved:
     closing the lost connection restores the unacked tasks, that needs a new connection whose
     parameters are gone by then, and the AttributeError is an "Unrecoverable error". The whole
-    verify pool then stayed down after a Redis restart (pipeline/local/faults.py). A warm
+    verify pool then stayed down after a Redis restart (tools/faults.py). A warm
     shutdown (SIGTERM) exits 0 and ends this; `restarts` bounds the restarts (None: no bound)."""
     exits: list[int] = []
 

@@ -11,8 +11,8 @@ from pipeline.client import StepwiseClient
 from pipeline.config import PipelineConfig
 from pipeline.decode.worker import DecodeWorker
 from pipeline.ingest.worker import IngestWorker
-from pipeline.local.faults import count_results
 from pipeline.prefill.worker import PrefillWorker
+from tools.faults import count_results
 
 __all__ = ["count_results", "run_jobs", "running_stack", "serving_gateway", "stack_config"]
 

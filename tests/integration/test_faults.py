@@ -1,7 +1,7 @@
 """Infrastructure faults on a real local stack under load (issue 24): every job ends with exactly
 one Result, none past its deadline, none twice.
 
-One stack for the module (pipeline/local/faults.py's FaultStack): its own embedded broker and
+One stack for the module (tools/faults.py's FaultStack): its own embedded broker and
 Redis on free ports (never the session's, which other tests share: these faults would hit
 them), real worker processes (ingest, prefill, decode, a Celery verify worker), 16 jobs per
 case, verified asynchronously so Redis and Celery are on every job's path. Each case injects
@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pipeline.local.faults import BROKER_PAUSE_S, FaultRun, FaultStack, make_jobs, run_case
+from tools.faults import BROKER_PAUSE_S, FaultRun, FaultStack, make_jobs, run_case
 
 pytestmark = pytest.mark.slow
 

@@ -22,9 +22,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pipeline import schema
 from pipeline.client import StepwiseClient
-from pipeline.local.faults import count_results
 from pipeline.local.workers import WorkerProcesses
 from tests.unit.transfer.mooncake_check import missing, mooncake_or_skip
+from tools.faults import count_results
 
 pytestmark = pytest.mark.slow
 

@@ -1,9 +1,9 @@
-"""The fault harness's report of one case (pipeline/local/faults.py): lost, duplicated, not ok,
+"""The fault harness's report of one case (tools/faults.py): lost, duplicated, not ok,
 and the worst latency beside a baseline's."""
 
 from __future__ import annotations
 
-from pipeline.local.faults import FAULTS, FaultRun, make_jobs
+from tools.faults import FAULTS, FaultRun, make_jobs
 
 
 def test_a_case_counts_lost_duplicated_and_not_ok_jobs() -> None:

@@ -6,9 +6,9 @@ import pytest
 from pipeline.evals import answers_match
 from pipeline.evals.generators import BROAD_FAMILIES, generate
 from pipeline.evals.problems import TRAIN_SEED_BASE
-from pipeline.evals.r1_style import r1_trace
 from pipeline.formats import get_format
 from pipeline.verify.checker import CONTRADICTED, Checker
+from tools.r1_style import r1_trace
 
 R1 = get_format("deepseek_r1")
 

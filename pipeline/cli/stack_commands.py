@@ -18,6 +18,7 @@ from pipeline.gateway.config import GatewayConfig, check_exposure
 from pipeline.local import demo
 from pipeline.local.stack import Stack
 from pipeline.models.resolve import resolve_model
+from pipeline.stage.processes import EXIT_GRACE_S, exit_within
 
 # The workers that are not Kafka stages: their entry points, by name (each loads its own stack:
 # Celery and the checker, the web app).
@@ -42,7 +43,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
     async def serve() -> None:
         # aiokafka clients must be created inside the running event loop.
         worker = worker_cls(settings.build(PipelineConfig, current))
-        await worker.run(install_signals=True, freeze_gc=True)
+        code = 1
+        try:
+            await worker.run(install_signals=True, freeze_gc=True)
+            code = 0
+        finally:  # stopped and released: the process itself must not outlive it by long
+            exit_within(EXIT_GRACE_S, code)
 
     asyncio.run(serve())
     return 0

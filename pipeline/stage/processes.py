@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import importlib.util
 import os
 import shutil
 import signal
 import socket
 import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -86,3 +89,24 @@ def child_setup(nice: int = 0, die_with_parent: bool = True) -> Callable[[], Non
             os.nice(nice)
 
     return setup
+
+
+EXIT_GRACE_S = 10.0  # after a worker stopped: how long the interpreter's own exit may take
+
+
+def exit_within(grace_s: float, code: int, exit_now: Callable[[int], object] = os._exit) -> None:
+    """A worker that has stopped and released what it held still has the interpreter's exit
+    ahead: the event loop's default executor, atexit hooks, non-daemon threads. Any of them
+    hanging kept a stopped budget worker alive until `stepwise up` killed it 60 s later (CI,
+    tests/integration/test_stack.py). This daemon thread ends the process `grace_s` later
+    with `code` if it is still there, after writing where every thread waits to stderr."""
+
+    def watch() -> None:
+        time.sleep(grace_s)
+        print(f"stepwise: the interpreter's exit hung {grace_s:.0f} s after the worker stopped; "
+              "where each thread waits:", file=sys.stderr, flush=True)  # fmt: skip
+        faulthandler.dump_traceback(all_threads=True)
+        sys.stderr.flush()
+        exit_now(code)
+
+    threading.Thread(target=watch, name="exit-watchdog", daemon=True).start()

@@ -1,6 +1,7 @@
 """The pure cores of ingest and decode, with the bundled tokenizer and no Kafka or Redis."""
 
 import asyncio
+import threading
 from types import SimpleNamespace
 
 import pytest
@@ -18,6 +19,7 @@ from pipeline.reasoning.driver import ReasoningDriver
 from pipeline.reasoning.loop import ReasoningJob
 from pipeline.reasoning.machine import ReasoningConfig
 from pipeline.stage import worker as stage_worker
+from pipeline.stage.processes import exit_within
 
 BUDGET = schema.Budget(max_steps=8, max_thinking_tokens=64)
 
@@ -253,3 +255,14 @@ def test_a_shutdown_step_that_hangs_is_bounded(monkeypatch, caplog):
     assert released == ["redis"]
     assert "releasing the consumer took over" in caplog.text
     assert "releasing the producer failed" in caplog.text
+
+
+def test_a_stopped_worker_whose_interpreter_exit_hangs_is_ended(capfd):
+    """After the worker stopped, a hung interpreter exit (a non-daemon thread, an executor)
+    ends within the grace, with where the threads waited on stderr and the worker's code."""
+    ended = []
+    done = threading.Event()
+    exit_within(0.05, 3, exit_now=lambda code: (ended.append(code), done.set()))
+    assert done.wait(5)
+    assert ended == [3]
+    assert "exit hung" in capfd.readouterr().err

@@ -9,8 +9,10 @@ import uvicorn
 from pipeline.gateway.app import create_app
 from pipeline.gateway.config import GatewayConfig
 from pipeline.settings import Settings
+from pipeline.stage.processes import EXIT_GRACE_S, exit_within
 
 log = logging.getLogger(__name__)
+GRACEFUL_SHUTDOWN_S = 10.0  # open connections after SIGTERM, then closed
 
 
 def warn_if_open(config: GatewayConfig) -> None:
@@ -30,10 +32,17 @@ def main(config: GatewayConfig) -> None:
         port=config.port,
         log_level="info",
         ws_per_message_deflate=config.ws_deflate,
+        # A client that keeps its connection open (a WebSocket, a stream) must not hold the
+        # shutdown: past this, uvicorn closes what is left.
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
     )
 
 
 def serve(current: Settings) -> int:
-    """`stepwise worker gateway`: the gateway from the process's settings."""
-    main(GatewayConfig.from_settings(current))
+    """`stepwise worker gateway`: the gateway from the process's settings. Once uvicorn has
+    shut down, the process ends within EXIT_GRACE_S whatever the interpreter's exit waits on."""
+    try:
+        main(GatewayConfig.from_settings(current))
+    finally:
+        exit_within(EXIT_GRACE_S, 0)
     return 0

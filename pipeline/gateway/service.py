@@ -22,6 +22,7 @@ from pipeline.gateway.config import GatewayConfig
 from pipeline.gateway.feed import KafkaFeed
 from pipeline.gateway.hub import Hub, JobLog, Subscription
 from pipeline.gateway.limits import RateLimiter
+from pipeline.stage.processes import release
 from pipeline.topics import Topics
 from pipeline.tracing import setup as tracing_setup
 from pipeline.tracing import spans
@@ -144,17 +145,19 @@ class Gateway:
             await asyncio.sleep(1.0)
 
     async def stop(self) -> None:
+        """Each step bounded (pipeline/stage/processes.py, `release`): a consumer that never
+        finished leaving its group held the whole shutdown once, and uvicorn with it."""
         if self._budget_task is not None:
             self._budget_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._budget_task
             assert self.budgets is not None
-            await self.budgets.redis.aclose()
-        await self.feed.stop()
+            await release("gateway", "the budget reader", self.budgets.redis.aclose())
+        await release("gateway", "the feed", self.feed.stop())
         if self.producer is not None:
-            await self.producer.stop()
+            await release("gateway", "the producer", self.producer.stop())
         if self.redis is not None:
-            await self.redis.aclose()
+            await release("gateway", "redis", self.redis.aclose())
 
     def check_load(self, job: schema.Job) -> None:
         """429 with Retry-After, before the job is published, when the budget controller sheds

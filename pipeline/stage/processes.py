@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import faulthandler
 import importlib.util
+import logging
 import os
 import shutil
 import signal
@@ -12,12 +14,15 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from pipeline.errors import ServiceError
 
 HOST = "127.0.0.1"
+RELEASE_TIMEOUT_S = 10.0  # each shutdown step's bound (a consumer, a producer, Redis)
+
+log = logging.getLogger(__name__)
 
 
 def free_port(host: str = HOST) -> int:
@@ -110,3 +115,15 @@ def exit_within(grace_s: float, code: int, exit_now: Callable[[int], object] = o
         exit_now(code)
 
     threading.Thread(target=watch, name="exit-watchdog", daemon=True).start()
+
+
+async def release(owner: str, what: str, step: Awaitable[object]) -> None:
+    """One step of a shutdown, bounded: a broker or Redis that does not answer (a consumer
+    leaving its group, a last commit) must not keep a process from exiting. Seen in CI: a
+    budget worker, then the gateway (waiting in its lifespan's shutdown), killed after 60 s."""
+    try:
+        await asyncio.wait_for(step, RELEASE_TIMEOUT_S)
+    except TimeoutError:
+        log.warning("%s: releasing %s took over %.0f s; going on", owner, what, RELEASE_TIMEOUT_S)
+    except Exception:
+        log.exception("%s: releasing %s failed; going on", owner, what)

@@ -32,12 +32,11 @@ from pipeline.bus.broker import group_options_for
 from pipeline.config import PipelineConfig, runtime
 from pipeline.errors import StepwiseError
 from pipeline.stage.jobstate import JobState
+from pipeline.stage.processes import release
 from pipeline.stage.transient import TRANSIENT_RETRY_S, Backoff, is_transient
 from pipeline.telemetry import gcstats
 from pipeline.topics import Topics
 from pipeline.tracing import setup as tracing_setup
-
-RELEASE_TIMEOUT_S = 10.0  # each shutdown step's bound (the consumer, the producer, Redis)
 
 log = logging.getLogger(__name__)
 
@@ -295,16 +294,7 @@ class StageWorker(ABC):
             raise self.failure
 
     async def _release(self, what: str, step: Awaitable[object]) -> None:
-        """One step of the shutdown, bounded: a broker or Redis that does not answer (a
-        consumer leaving its group, a last commit) must not keep the process from exiting;
-        it was killed after 60 s instead, and what it held went unreleased anyway."""
-        try:
-            await asyncio.wait_for(step, RELEASE_TIMEOUT_S)
-        except TimeoutError:
-            log.warning("%s: releasing %s took over %.0f s; going on", self.worker_id, what,
-                        RELEASE_TIMEOUT_S)  # fmt: skip
-        except Exception:
-            log.exception("%s: releasing %s failed; going on", self.worker_id, what)
+        await release(self.worker_id, what, step)
 
     async def _until_stopped(self, consume: asyncio.Task) -> None:
         """Wait for stop(); a consume loop or background task that dies first fails the

@@ -18,6 +18,7 @@ from pipeline.models.resolve import resolve_model
 from pipeline.reasoning.driver import ReasoningDriver
 from pipeline.reasoning.loop import ReasoningJob
 from pipeline.reasoning.machine import ReasoningConfig
+from pipeline.stage import processes
 from pipeline.stage import worker as stage_worker
 from pipeline.stage.processes import exit_within
 
@@ -236,7 +237,7 @@ def test_an_unterminated_last_line_is_a_step_and_length_is_max_tokens(tok):
 def test_a_shutdown_step_that_hangs_is_bounded(monkeypatch, caplog):
     """A consumer that never leaves its group (a broker that stopped answering) must not keep
     a worker from exiting: each release step is bounded, logged, and the rest go on."""
-    monkeypatch.setattr(stage_worker, "RELEASE_TIMEOUT_S", 0.05)
+    monkeypatch.setattr(processes, "RELEASE_TIMEOUT_S", 0.05)
     me = SimpleNamespace(worker_id="w-1")
     released = []
 

@@ -129,11 +129,30 @@ def test_a_killed_exporter_fails_the_read_within_its_deadline(exporter):
     assert time.monotonic() - t < 2.5
 
 
+def stop(pid: int) -> None:
+    """SIGSTOP `pid` and wait until every one of its threads is stopped: kill() returns before
+    a thread busy in a syscall stops, and a CI run saw a read served in that window."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        states = []
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except FileNotFoundError:  # a thread that ended meanwhile
+                continue
+        if states and all(s in "Tt" for s in states):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} did not stop within 5 s: thread states {states}")
+
+
 def test_a_stopped_exporter_times_out_and_never_stalls_the_reader(exporter):
     proc, hello, _ = exporter
     reader = MooncakeReader("127.0.0.1", timeout_ms=500)
     read(reader, hello, [1])
-    os.kill(proc.pid, signal.SIGSTOP)  # alive, connected, silent
+    stop(proc.pid)  # alive, connected, silent
     t = time.monotonic()
     with pytest.raises(TransferTimeoutError, match="deadline"):
         read(reader, hello, [1, 2])

@@ -42,6 +42,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
                         print(f"    {msg.verdict}" + (f" ({msg.detail})" if msg.detail else ""))
                     elif msg.kind == "backtrack":
                         print(f"  <- backtrack to step {msg.step}: {msg.detail}")
+                    elif msg.kind == "repair":
+                        print(f"  ~ repaired in step {msg.step}: {msg.detail}")
                     elif msg.kind == "accepted":
                         print("  accepted")
                 else:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from pipeline import __version__, settings
+from pipeline import __version__, schema, settings
 from pipeline.cli.help_texts import VERIFY_DESCRIPTION, VERIFY_EPILOG
 from pipeline.evals.knobs import DEFAULT_LEVEL, LEVELS
 from pipeline.formats import format_names
@@ -20,7 +20,7 @@ from pipeline.formats import format_names
 ENGINE_COMMANDS = "pipeline.cli.engine_commands"
 STACK_COMMANDS = "pipeline.cli.stack_commands"
 CLIENT_COMMANDS = "pipeline.cli.client_commands"
-EVAL_MODES = ("plain", "verify-async", "verify-strict", "budget")
+EVAL_MODES = ("plain", "verify-async", "verify-strict", "verify-repair", "budget")
 # `stepwise worker NAME` -> the stage's worker class (a Kafka stage; verify and gateway aside).
 WORKER_CLASSES = {
     "ingest": "pipeline.ingest.worker:IngestWorker",
@@ -108,7 +108,9 @@ def add_eval_args(parser: argparse.ArgumentParser) -> None:
         choices=EVAL_MODES,
         default="plain",
         help="plain: no verification; verify-async / verify-strict: every step checked by "
-        "the Z3 checker in a separate process, contradicted steps backtracked; budget: no "
+        "the Z3 checker in a separate process, contradicted claims rolled back and resampled; "
+        "verify-repair: async, and a wrong arithmetic value is replaced by the right one as it "
+        "is written; budget: no "
         "verification, the answer forced at --max-thinking-tokens / --max-steps",
     )
     parser.add_argument(
@@ -160,9 +162,10 @@ def add_stream_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tokens", type=int, default=None, help="cap on generated tokens")
     p.add_argument(
         "--verify",
-        choices=("off", "async", "strict"),
+        choices=schema.VERIFY_MODES,
         default=None,
-        help="check each step (async: keep decoding; strict: wait for each verdict)",
+        help="check each step (async: keep decoding; strict: wait for each verdict; repair: "
+        "async, wrong arithmetic values replaced as they are written)",
     )
     p.add_argument(
         "--tokens", action="store_true", help="also stream the text as it is written (dimmed)"
@@ -271,9 +274,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-tokens", type=int, default=None)
     s.add_argument(
         "--verify",
-        choices=("off", "async", "strict"),
+        choices=schema.VERIFY_MODES,
         default="async",
-        help="check each step with Z3 (async: keep decoding; strict: wait for each verdict)",
+        help="check each step with Z3 (async: keep decoding; strict: wait for each verdict; "
+        "repair: async, wrong arithmetic values replaced as they are written)",
     )
     s.add_argument("--timeout", type=float, default=300.0)
     handler(s, f"{CLIENT_COMMANDS}:cmd_submit")

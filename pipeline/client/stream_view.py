@@ -39,7 +39,8 @@ DRAFT_CHARS = 160  # the tail of the step being written (stream=tokens) that is 
 
 @dataclass(slots=True)
 class Row:
-    """A line of the view: a step (`index` >= 0) or a backtrack note (`index` -1)."""
+    """A line of the view: a step (`index` >= 0), a backtrack note (`index` -1) or a repair
+    note (-2)."""
 
     index: int
     text: str
@@ -95,6 +96,10 @@ class StreamView:
             self._drop_from(e.step)
             self.rows.append(Row(-1, f"backtrack: again from step {e.step + 1}", detail=e.detail))
             self.draft = ""
+        elif e.kind == "repair" and e.step is not None:
+            # a value replaced in the step being written: its step event shows the new text
+            self.rows.append(Row(-2, f"repaired in step {e.step + 1}: {e.detail}"))
+            self.draft = ""
         elif e.kind == "final":
             self.answer = e.text
             self.draft = ""
@@ -103,9 +108,11 @@ class StreamView:
 
     @property
     def num_backtracks(self) -> int:
-        return sum(1 for r in self.rows if r.index < 0)
+        return sum(1 for r in self.rows if r.index == -1)
 
     def _row(self, row: Row) -> Text:
+        if row.index == -2:  # a repair
+            return Text(f"   ✎ {row.text}", style="cyan")
         if row.index < 0:
             line = Text(f"   ↩ {row.text}", style="yellow")
             if row.detail:

@@ -156,6 +156,7 @@ def finish(
         reasoning=parts.reasoning,
         content="" if r.gave_up else parts.content,  # gave up: no answer to show
         steps=[step_record(s, fmt) for s in r.chain],
+        repairs=repair_infos(run.driver, tokenizer),
         usage=schema.Usage(
             prompt_tokens=seq.num_prompt_tokens,
             completion_tokens=seq.num_output_tokens,
@@ -165,6 +166,7 @@ def finish(
             steps=len(r.chain),
             backtracks=r.num_backtracks,
             unresampled=r.num_unresampled,
+            repairs=r.num_repairs,
         ),
         timings=schema.Timings(
             queue_ms=max(0, h.admitted_ms - h.created_ms) if h.created_ms else None,
@@ -210,6 +212,19 @@ def decode_stages(run: JobRun, h: schema.Handoff, now_ms: int) -> dict[str, floa
     if run.reprefill_ms is not None:
         stages["reprefill"] = round(run.reprefill_ms, 3)
     return stages
+
+
+def repair_infos(driver: ReasoningDriver, tokenizer: Tokenizer) -> list[schema.RepairInfo]:
+    """The repairs still in the final text, each with where its new value stands in it."""
+    if driver.repairer is None:
+        return []
+    seq = driver.seq
+    spans = driver.repairer.spans(tokenizer.decode, seq.output_token_ids, seq.num_prompt_tokens)
+    return [
+        schema.RepairInfo(step=m.step, start=at, end=at + len(m.new), old=m.old, new=m.new,
+                          claim=m.claim)
+        for m, at in spans
+    ]  # fmt: skip
 
 
 def step_record(step, fmt) -> schema.StepRecord:

@@ -32,7 +32,7 @@ from pipeline.models.resolve import resolve_model
 from pipeline.verify.local import LocalVerifier
 
 DEFAULT_MODEL = Path(__file__).resolve().parents[1] / "assets" / "tiny-reasoner"
-MODES = ("plain", "verify-async", "verify-strict", "budget")
+MODES = ("plain", "verify-async", "verify-strict", "verify-repair", "budget")
 AVAILABLE_MODES = MODES
 NUM_SAMPLES = 3  # completions kept in the JSON per family, for eyeballing
 

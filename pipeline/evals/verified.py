@@ -37,6 +37,7 @@ class VerifiedCompletion(Completion):
     checks: int = 0
     gave_up: bool = False
     verdicts: tuple[str, ...] = ()  # the final chain's, step by step
+    repairs: tuple[tuple[str, str], ...] = ()  # verify mode repair: (old, new) values kept
 
 
 def default_budget(config: PipelineConfig | None = None) -> schema.Budget:
@@ -153,4 +154,5 @@ def _completion(engine: StepEngine, job: ReasoningJob | None) -> VerifiedComplet
         checks=r.num_checks,
         gave_up=r.gave_up,
         verdicts=tuple(s.verdict or "unknown" for s in r.chain),
+        repairs=tuple((m.old, m.new) for m in d.repairer.marks) if d.repairer else (),
     )

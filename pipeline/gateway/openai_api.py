@@ -72,7 +72,7 @@ class ChatRequest(BaseModel):
     include_reasoning: bool = True  # vLLM's: false leaves the thinking out
     separate_reasoning: bool = True  # SGLang's: false sends the generation unsplit
     stream_reasoning: bool = True  # SGLang's: false sends the thinking in one delta at its end
-    verify: str | None = None  # Stepwise's extension (extra_body): off | async | strict
+    verify: str | None = None  # Stepwise's extension (extra_body): off | async | strict | repair
 
 
 def bad_request(message: str, field: str | None = None) -> GatewayError:
@@ -324,6 +324,8 @@ async def _chunks(
                     out = deltas.reasoning(item.text)
                 elif item.kind == "backtrack":
                     out = deltas.reasoning(f"\n[backtrack to step {item.step}]\n")
+                elif item.kind == "repair":
+                    out = deltas.reasoning(f"\n[repaired: {item.detail}]\n")
                 for delta in out:
                     yield _sse(chunk(delta))
                 continue

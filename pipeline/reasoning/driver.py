@@ -26,6 +26,7 @@ from pipeline.reasoning.machine import (
     Resume,
     Rollback,
 )
+from pipeline.reasoning.repairer import Repairer, token_at
 
 Outward = Check | Note
 
@@ -51,6 +52,10 @@ class ReasoningDriver:
         self.answer_room = len(tok.encode(widest, add_special_tokens=False)) + 2
         self.forced_until = 0  # the forced text's end: step ends inside it do not end the answer
         self._stops: tuple[int, ...] | None = None
+        # Verify mode `repair`: wrong arithmetic values replaced as they are written.
+        self.repairer = (
+            Repairer(engine, seq, config.max_repairs) if config.verify == "repair" else None
+        )
         # What it did to the sequence that no Note says (forced answers, early exits), for a
         # traced job's spans: None (nothing kept) unless the job is traced.
         self.marks: list[tuple[str, dict]] | None = None
@@ -89,6 +94,8 @@ class ReasoningDriver:
             self._drop_probes()
             return []
         actions: list[Action] = []
+        if self.repairer is not None and r.phase == "think" and not r.finished:
+            actions += self._repair()
         while len(r.chain) < seq.num_steps and not r.finished:
             start = r.chain[-1].end if r.chain else seq.num_prompt_tokens
             end = seq.step_ends[len(r.chain)]
@@ -189,7 +196,10 @@ class ReasoningDriver:
                     out.append(a)
                 continue
             if isinstance(a, Rollback):
-                engine.rollback(rid, a.position, seed=a.seed)
+                position = a.position
+                if a.claim_char is not None:  # back to the contradicted claim, not its step
+                    position = self._claim_position(a.position, a.claim_char)
+                self._rollback(position, seed=a.seed)
             elif isinstance(a, Resume):
                 engine.resume(rid)
             elif isinstance(a, Pause):
@@ -208,12 +218,41 @@ class ReasoningDriver:
             self._drop_probes()
         return out
 
+    def _rollback(self, position: int, seed: int | None = None) -> None:
+        self.engine.rollback(self.seq.request_id, position, seed=seed)
+        if self.repairer is not None:
+            self.repairer.rolled_back(position)
+
+    def _claim_position(self, start: int, char: int) -> int:
+        """The token position where the character `char` of the step starting at token `start`
+        begins (the step's text as checked: stripped); the step's start when it cannot say."""
+        ids = self.seq.token_ids[: self.seq.num_tokens]
+        raw = self.engine.tokenizer.decode(ids[start:])
+        lead = len(raw) - len(raw.lstrip())
+        found = token_at(self.engine.tokenizer.decode, ids, start, lead + char, raw)
+        return start if found is None else found
+
+    def _repair(self) -> list[Action]:
+        """Verify mode `repair`: a wrong value just written, replaced by the right one."""
+        r = self.reasoner
+        first = r.chain[-1].end if r.chain else self.seq.num_prompt_tokens
+        assert self.repairer is not None
+        made = self.repairer.scan(first, len(r.chain))
+        if made is None:
+            return []
+        mark, appended = made
+        self.num_appended += appended
+        r.num_repairs += 1
+        detail = f"{mark.old} -> {mark.new}: {mark.claim}"
+        self._mark("repair", old=mark.old, new=mark.new, at=mark.position)
+        return [Note("repair", mark.step, mark.claim, None, detail)]
+
     def _force_answer(self, position: int) -> None:
         """s1's budget forcing, in the model's format: close the thinking if it is open, write
         the answer prefix, decode the answer greedily."""
         seq, cfg = self.seq, self.reasoner.config
         if position < seq.num_tokens:
-            self.engine.rollback(seq.request_id, position)
+            self._rollback(position)
         text = self.format.force_text(self.output_text(seq.num_tokens), self.prompt_text)
         ids = self.engine.tokenizer.encode(text, add_special_tokens=False)
         if seq.num_tokens + len(ids) + 1 >= self.engine.max_model_len:
@@ -269,7 +308,7 @@ class ReasoningDriver:
         seq, engine = self.seq, self.engine
         value = self.probe_value(self.probe_answers.pop(key, []))
         if position < seq.num_tokens:
-            engine.rollback(seq.request_id, position)
+            self._rollback(position)
         # The answer goes into the text in the format's words: the thinking closed, the answer
         # prefix, the probed value. No KV is needed for it.
         text = exit_text(self.format, self.output_text(seq.num_tokens), self.prompt_text, value)

@@ -85,6 +85,7 @@ class Reasoner:
     early_exit: bool = False  # probing for an early answer (the job's wish, or the controller's)
     probe_every: int = 1
     num_unresampled: int = 0  # contradicted steps kept because resampling was capped
+    num_repairs: int = 0  # verify mode `repair`: wrong values replaced in place
     # When its deadline needs the answer started (monotonic s): pending verdicts then count
     verdicts_due_s: float | None = None  # as unknown rather than hold the answer past it
     num_probe_tokens: int = 0
@@ -372,12 +373,15 @@ class Reasoner:
         del self.chain[target:]
         self.held_finish = None
         seed = reseed(self.seed, self.num_backtracks)
-        detail = (
-            f"step {i} contradicted ({bad.detail or 'no detail'}); resampling from step {target}"
-        )
+        # Claims are the unit of rollback: the step's text before its first contradicted claim
+        # is kept, and only the claim on is resampled (the whole step when it was dropped for
+        # its successor, or when the verdict names no claim).
+        char = _first_contradicted(bad) if target == i else None
+        where = f"step {target}" if char is None else f"its claim at character {char}"
+        detail = f"step {i} contradicted ({bad.detail or 'no detail'}); resampling from {where}"
         return [
             Note("backtrack", target, bad.text, CONTRADICTED, detail),
-            Rollback(position, seed),
+            Rollback(position, seed, char),
             Resume(),
         ]
 
@@ -397,3 +401,14 @@ class Reasoner:
             Pause(),
             *self._maybe_answer(),
         ]
+
+
+def _first_contradicted(step: Step) -> int | None:
+    """Where the step's first contradicted claim begins (a character of its text), or None
+    when no claim says (a step-level verdict: roll the whole step back)."""
+    starts = [
+        c.span[0]
+        for c in step.claims
+        if getattr(c, "verdict", None) == CONTRADICTED and getattr(c, "span", None)
+    ]
+    return min(starts) if starts and min(starts) > 0 else None

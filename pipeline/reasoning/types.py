@@ -8,9 +8,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline import schema
 from pipeline.formats import ReasoningFormat, get_format
 
-VERIFY_MODES = ("off", "async", "strict")
+VERIFY_MODES = schema.VERIFY_MODES
 CONTRADICTED = "contradicted"
 VERIFIED = ("entailed", "consistent")  # a step whose claims the verifier read and did not refute
 UNVERIFIED = "unverified"
@@ -22,6 +23,7 @@ class ReasoningConfig:
     max_retries: int = 8  # resamples of one step before the step before it is dropped too
     max_backtracks: int = 32  # per job; then it finishes as unverified
     verdict_timeout_s: float = 10.0
+    max_repairs: int = 64  # verify mode `repair`: values replaced per job, then checks only
     # Budget (None: unlimited). Live limits may tighten them while the job runs.
     max_thinking_tokens: int | None = None
     max_steps: int | None = None
@@ -78,10 +80,13 @@ class Check:
 
 @dataclass(frozen=True, slots=True)
 class Rollback:
-    """Truncate the sequence to `position` tokens and continue sampling with `seed`."""
+    """Truncate the sequence to `position` tokens and continue sampling with `seed`; with
+    `claim_char`, to where that character of the step starting at `position` begins (the
+    contradicted claim's start: the step's text before it is kept)."""
 
     position: int
     seed: int
+    claim_char: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

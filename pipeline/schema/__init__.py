@@ -41,6 +41,7 @@ from pipeline.schema.limits import (
 )
 from pipeline.schema.messages import (
     SLO,
+    VERIFY_MODES,
     Budget,
     BudgetReport,
     ClaimInfo,
@@ -54,6 +55,7 @@ from pipeline.schema.messages import (
     KVDescriptor,
     Message,
     PrefillTask,
+    RepairInfo,
     Result,
     StepRecord,
     Timings,
@@ -69,6 +71,7 @@ __all__ = [
     "Budget",
     "BudgetReport",
     "ClaimInfo",
+    "RepairInfo",
     "ClaimVerdictName",
     "DEFAULT_LIMITS",
     "DeadLetter",
@@ -96,6 +99,7 @@ __all__ = [
     "Result",
     "SCHEMA_ERROR_CODES",
     "SCHEMA_VERSION",
+    "VERIFY_MODES",
     "SLO",
     "SchemaError",
     "SloClass",

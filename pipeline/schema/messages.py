@@ -7,7 +7,7 @@ fields are ignored, so a newer producer may add optional fields.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import msgspec
 from msgspec import Meta
@@ -44,6 +44,12 @@ class Message(msgspec.Struct, kw_only=True):
     reasoning_content: str | None = None
 
 
+# off: unchecked; async: checked while decoding goes on; strict: each step waits for its
+# verdict; repair: async, and a wrong arithmetic value is replaced as it is written
+VerifyMode = Literal["off", "async", "strict", "repair"]
+VERIFY_MODES: tuple[str, ...] = get_args(VerifyMode)
+
+
 class JobParams(msgspec.Struct, kw_only=True):
     """Sampling and reasoning knobs; names and meanings follow vLLM's SamplingParams."""
 
@@ -59,7 +65,7 @@ class JobParams(msgspec.Struct, kw_only=True):
     # The same cap under its earlier name: still read (a producer of an older release), never
     # written. The tighter of the two applies (pipeline/budget/effective.py).
     thinking_budget: Annotated[int, Meta(ge=1, le=MAX_TOKENS)] | None = None
-    verify: Literal["off", "async", "strict"] = "async"
+    verify: VerifyMode = "async"
     early_exit: bool = False
     stream: Literal["steps", "tokens", "none"] = "steps"
 
@@ -231,7 +237,7 @@ class Event(msgspec.Struct, kw_only=True):
     v: int = SCHEMA_VERSION
     id: JobId
     seq: NonNeg
-    kind: Literal["accepted", "token", "step", "verdict", "backtrack", "final", "error"]
+    kind: Literal["accepted", "token", "step", "verdict", "backtrack", "repair", "final", "error"]
     step: NonNeg | None = None
     text: str = ""
     verdict: Verdict | None = None
@@ -241,6 +247,18 @@ class Event(msgspec.Struct, kw_only=True):
     claims: list[ClaimInfo] = []  # verdict events: the step's claims
     verification: VerificationReport | None = None  # the final event: what was covered
     ts_ms: NonNeg
+
+
+class RepairInfo(msgspec.Struct, kw_only=True):
+    """A value verify mode `repair` replaced: `old` became `new` at text[start:end] of the
+    Result's text, in the claim as the model wrote it."""
+
+    step: NonNeg
+    start: NonNeg
+    end: NonNeg
+    old: str
+    new: str
+    claim: str
 
 
 class StepRecord(msgspec.Struct, kw_only=True):
@@ -260,6 +278,7 @@ class Usage(msgspec.Struct, kw_only=True):
     # Contradicted steps kept as written because resampling was capped (the budget
     # controller, under load): checked and reported, not redone.
     unresampled: NonNeg = 0
+    repairs: NonNeg = 0  # wrong values replaced in place (verify mode repair)
 
 
 class Timings(msgspec.Struct, kw_only=True):
@@ -302,6 +321,7 @@ class Result(msgspec.Struct, kw_only=True):
     answer: str | None = None
     text: str = ""
     steps: list[StepRecord] = []
+    repairs: list[RepairInfo] = []  # verify mode repair: every value replaced in `text`
     usage: Usage = msgspec.field(default_factory=Usage)
     timings: Timings = msgspec.field(default_factory=Timings)
     budget: BudgetReport = msgspec.field(default_factory=BudgetReport)

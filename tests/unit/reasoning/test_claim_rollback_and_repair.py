@@ -1,0 +1,193 @@
+"""Claims as the unit of rollback, and verify mode `repair`, on real engines and tokenizers
+(the bundled tiny reasoner, R1-style reasoner and SmolLM2): a contradicted claim mid-step rolls
+the sequence back to the claim's start and no further; a wrong value is replaced by the right
+one and the model goes on; a repair that would change any text before the value is refused."""
+
+from concurrent.futures import Future
+
+import pytest
+
+from pipeline.config import PipelineConfig
+from pipeline.engine import Engine, EngineConfig, Request, SamplingParams
+from pipeline.evals.verified import generate_verified
+from pipeline.models.resolve import resolve_model
+from pipeline.reasoning.repairer import Repairer
+from pipeline.schema import ClaimInfo, JobParams
+
+PROMPT = "Q: Compute (7 + 8) * 3 - 5.\n"
+
+
+def engine_of(name: str) -> Engine:
+    return Engine(EngineConfig(model=str(resolve_model(name)), dtype="float32",
+                               kv_cache_memory_gb=0.1))  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def tiny() -> Engine:
+    return engine_of("tiny-reasoner")
+
+
+class ClaimVerifier:
+    """Contradicts the first attempt at step `step`, naming the claim that starts at `text`'s
+    first occurrence in it; entails everything else."""
+
+    def __init__(self, step: int, text: str) -> None:
+        self.step, self.text = step, text
+        self.calls: list[tuple[int, str]] = []
+
+    def submit(self, problem, premises, accepted, step_text):
+        index = len(accepted)
+        first = not any(i == index for i, _ in self.calls)
+        self.calls.append((index, step_text))
+        fut: Future = Future()
+        if index == self.step and first and self.text in step_text:
+            at = step_text.index(self.text)
+            claim = ClaimInfo(text=self.text, span=(at, len(step_text)), verdict="contradicted")
+            fut.set_result(("contradicted", "scripted", (claim,)))
+        else:
+            fut.set_result(("entailed", "", ()))
+        return fut
+
+
+def test_a_contradicted_claim_rolls_back_to_its_start_and_no_further(tiny):
+    plain = tiny.generate([PROMPT], SamplingParams(temperature=0.0, max_tokens=200))[0]
+    steps = plain.text.split("\n")
+    claim = "30 + 18"  # mid-step: `16 * 3 = 10 * 3 + 6 * 3 = 30 + 18 = 48`
+    assert claim in steps[1] and not steps[1].startswith(claim)
+    v = ClaimVerifier(1, claim)
+    params = [JobParams(temperature=0.0, max_tokens=200, seed=3, verify="async")]
+    out = generate_verified(tiny, [PROMPT], [()], params, v)[0]
+    assert out.backtracks == 1
+    # Greedy from the kept prefix (its KV kept, not recomputed) gives the fresh decode's text:
+    # a stale or shifted KV would change the continuation.
+    assert out.text == plain.text
+    # Discarded: the claim on to the step's end (the verdict came at once), not the step.
+    tail = steps[1][steps[1].index(claim) :] + "\n"
+    assert out.wasted_tokens == len(tiny.tokenizer.encode(tail, add_special_tokens=False))
+    assert out.wasted_tokens < len(tiny.tokenizer.encode(steps[1] + "\n", add_special_tokens=False))
+    # The step was checked again whole, its text before the claim as first written.
+    again = [t for i, t in v.calls if i == 1]
+    assert len(again) == 2 and again[1] == again[0] == steps[1]
+
+
+def test_a_verdict_without_claims_rolls_back_the_whole_step(tiny):
+    class StepVerifier(ClaimVerifier):
+        def submit(self, problem, premises, accepted, step_text):
+            fut = super().submit(problem, premises, accepted, step_text)
+            verdict, detail, _ = fut.result()
+            done: Future = Future()
+            done.set_result((verdict, detail, ()))
+            return done
+
+    plain = tiny.generate([PROMPT], SamplingParams(temperature=0.0, max_tokens=200))[0]
+    step = plain.text.split("\n")[1]
+    params = [JobParams(temperature=0.0, max_tokens=200, seed=3, verify="async")]
+    out = generate_verified(tiny, [PROMPT], [()], params, StepVerifier(1, "30 + 18"))[0]
+    assert out.backtracks == 1 and out.text == plain.text
+    assert out.wasted_tokens == len(tiny.tokenizer.encode(step + "\n", add_special_tokens=False))
+
+
+# -- repair ----------------------------------------------------------------------------------
+
+# (model, text the "model" wrote, the value written, the right one): prose, LaTeX, GSM8K
+# annotations, a markdown list; each model's own tokenizer.
+CASES = [
+    ("tiny-reasoner", "\n8 * 4 = 30\n", "30", "32"),
+    ("r1-reasoner", "\n\nNow 88 * 40 = 3120. After that", "3120", "3520"),
+    ("r1-reasoner", "\n\nWhich means $36 \\times 4 = 132$.", "132", "144"),
+    ("r1-reasoner", "\n\nThen \\(88 \\times 40 = 3640\\).", "3640", "3520"),
+    ("smollm2", " She makes <<48/2=25>>25 clips.", "25", "24"),
+    ("smollm2", "\n- 64 * 4 = 248\n- next", "248", "256"),
+]
+
+
+@pytest.fixture(scope="module")
+def engines():
+    made: dict[str, Engine] = {}
+
+    def get(name: str) -> Engine:
+        if name not in made:
+            made[name] = engine_of(name)
+        return made[name]
+
+    return get
+
+
+def written(engine: Engine, text: str, rid: str):
+    """A sequence that has taken one engine step and then 'wrote' `text`."""
+    prompt = engine.encode_prompt("Compute the products.")
+    seq = engine.add(Request(rid, prompt, SamplingParams(temperature=0.7, seed=5, max_tokens=80)))
+    engine.step()
+    engine.append_tokens(rid, engine.tokenizer.encode(text, add_special_tokens=False))
+    return seq
+
+
+@pytest.mark.parametrize(("model", "text", "old", "new"), CASES)
+def test_a_wrong_value_is_replaced_and_the_model_goes_on(engines, model, text, old, new):
+    engine = engines(model)
+    seq = written(engine, text, f"r-{model}-{old}")
+    before = engine.tokenizer.decode(seq.output_token_ids)
+    made = Repairer(engine, seq, 8).scan(seq.num_prompt_tokens, 0)
+    assert made is not None
+    mark, appended = made
+    assert (mark.old, mark.new) == (old, new)
+    after = engine.tokenizer.decode(seq.output_token_ids)
+    cut = before.index(old, before.rindex("="))
+    # Everything before the value as written, then the right value, nothing after it yet.
+    assert after == before[:cut] + new
+    assert seq.num_discarded_tokens > 0 and appended > 0
+    n = seq.num_tokens
+    for _ in range(3):
+        engine.step()
+    assert seq.num_tokens > n  # sampling goes on after the repaired value
+    assert engine.tokenizer.decode(seq.output_token_ids).startswith(before[:cut] + new)
+    engine.abort(seq.request_id)
+
+
+def test_a_repair_that_would_change_text_before_the_value_is_refused(engines, monkeypatch):
+    engine = engines("r1-reasoner")
+    seq = written(engine, "\n\nNow 88 * 40 = 3120. After that", "r-refused")
+    ids = list(seq.token_ids)
+    real = engine.tokenizer.encode
+
+    def shifted(text, add_special_tokens=False):  # re-tokenizes the prefix into other text
+        return real("X" + text, add_special_tokens=add_special_tokens)
+
+    monkeypatch.setattr(engine.tokenizer, "encode", shifted)
+    repairer = Repairer(engine, seq, 8)
+    assert repairer.scan(seq.num_prompt_tokens, 0) is None
+    assert repairer.num_refused == 1 and seq.token_ids == ids and seq.num_discarded_tokens == 0
+    engine.abort(seq.request_id)
+
+
+def test_repair_mode_end_to_end_keeps_only_right_values(engines):
+    """The R1-style reasoner with verify mode repair through the loop decode runs: it makes
+    arithmetic slips at T = 0.7; each kept repair's new value is in the final text, and far
+    fewer tokens are discarded than async's rollbacks discard on the same seeds."""
+    from pipeline.evals import tasks
+    from pipeline.evals.runner import prompts_for
+
+    engine = engines("r1-reasoner")
+    problems = tasks.load_problems("broad", 12, 1)
+    prompts = prompts_for(problems, engine.tokenizer, engine.reasoning_format)
+    from pipeline.verify.local import LocalVerifier
+
+    verifier = LocalVerifier(1)
+    try:
+        runs = {}
+        for mode in ("async", "repair"):
+            params = [JobParams(temperature=0.7, max_tokens=512, seed=s, verify=mode)
+                      for s in range(len(prompts))]  # fmt: skip
+            runs[mode] = generate_verified(
+                engine, prompts, [p.premises for p in problems], params, verifier,
+                questions=[p.question for p in problems], pipeline=PipelineConfig(),
+            )  # fmt: skip
+    finally:
+        verifier.close()
+    repaired = [o for o in runs["repair"] if o.repairs]
+    assert repaired, "no slip was repaired on 12 problems"
+    for o in repaired:
+        for _, new in o.repairs:
+            assert new in o.text
+    wasted = {m: sum(o.wasted_tokens for o in outs) for m, outs in runs.items()}
+    assert wasted["repair"] < wasted["async"]

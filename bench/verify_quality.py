@@ -1,4 +1,4 @@
-"""Verification quality and cost: verify off / async / strict, side by side, one run.
+"""Verification quality and cost: verify off / async / strict / repair, side by side, one run.
 
     python bench/verify_quality.py --n 500 --seed 0
     python bench/verify_quality.py --model r1-reasoner --tasks broad --n 500 --temperature 0.7
@@ -49,8 +49,11 @@ def run_mode(mode, problems, prompts, args, verifier) -> dict:
 
     engine = make_engine(args)
     fmt = engine.reasoning_format
+    # `async-step`: async as it was before claims became the unit of rollback (a contradiction
+    # rolls back its whole step), the baseline of claim-level rollback.
+    verify, _, unit = mode.partition("-")
     params = [
-        JobParams(temperature=args.temperature, max_tokens=args.max_tokens, seed=s, verify=mode)
+        JobParams(temperature=args.temperature, max_tokens=args.max_tokens, seed=s, verify=verify)
         for s in range(args.seed * 1_000_003, args.seed * 1_000_003 + len(prompts))
     ]
     pipeline = PipelineConfig(max_retries=args.max_retries, max_backtracks=args.max_backtracks)
@@ -60,6 +63,7 @@ def run_mode(mode, problems, prompts, args, verifier) -> dict:
         engine, prompts, [p.premises for p in problems], params,
         verifier if mode != "off" else None, stats=stats,
         questions=[p.question for p in problems], pipeline=pipeline,
+        reasoning={"rollback": unit} if unit else None,
     )  # fmt: skip
     wall = time.perf_counter() - t0
     engine.close()
@@ -77,6 +81,7 @@ def run_mode(mode, problems, prompts, args, verifier) -> dict:
         "backtracks": sum(o.backtracks for o in outs),
         "checks": sum(o.checks for o in outs),
         "gave_up": sum(o.gave_up for o in outs),
+        "repairs": sum(len(o.repairs) for o in outs),
         "wall_s": wall,
         "tokens_per_s": tokens / wall,
         "problems_per_s": len(outs) / wall,
@@ -117,7 +122,8 @@ def compare(label: str, problems, args, verifier) -> dict:
             runs[m].append(run_mode(m, problems, prompts, args, verifier))
     rows = {m: median_row(rs) for m, rs in runs.items()}
     off = rows["off"]
-    head = f"{'mode':<8}{'acc':>8}{'fmt':>7}{'tok':>8}{'wasted':>8}{'bt':>6}{'gave up':>9}"
+    head = f"{'mode':<11}{'acc':>8}{'fmt':>7}{'tok':>8}{'wasted':>8}{'bt':>6}{'rep':>6}"
+    head += f"{'gave up':>9}"
     head += f"{'wall s':>8}{'tok/s':>8}{'sat tok/s':>11}"
     print(f"\n{label}: {len(problems)} problems, T={args.temperature}, "
           f"max_tokens={args.max_tokens}, k={args.max_retries}, "
@@ -126,8 +132,8 @@ def compare(label: str, problems, args, verifier) -> dict:
     for r in rows.values():
         sat = r["saturated_tokens_per_s"]
         print(
-            f"{r['mode']:<8}{r['accuracy']:>8.1%}{r['well_formed']:>7.1%}{r['mean_tokens']:>8.1f}"
-            f"{r['mean_wasted_tokens']:>8.1f}{r['backtracks']:>6}{r['gave_up']:>9}"
+            f"{r['mode']:<11}{r['accuracy']:>8.1%}{r['well_formed']:>7.1%}{r['mean_tokens']:>8.1f}"
+            f"{r['mean_wasted_tokens']:>8.1f}{r['backtracks']:>6}{r['repairs']:>6}{r['gave_up']:>9}"
             f"{r['wall_s']:>8.1f}{r['tokens_per_s']:>8.0f}{sat or 0:>11.0f}"
         )
     out = {"problems": len(problems), "repeats": args.repeats, "modes": rows, "runs": runs}
@@ -140,7 +146,9 @@ def compare(label: str, problems, args, verifier) -> dict:
         out[f"{m}_accuracy_gain_range"] = [min(gains), max(gains)]
         out[f"{m}_throughput_ratio"] = statistics.median(ratios)
         out[f"{m}_throughput_ratio_range"] = [min(ratios), max(ratios)]
-        out[f"{m}_problems_per_s_ratio"] = r["problems_per_s"] / off["problems_per_s"]
+        per_s = [b["problems_per_s"] / a["problems_per_s"] for a, b in pairs]
+        out[f"{m}_problems_per_s_ratio"] = statistics.median(per_s)
+        out[f"{m}_problems_per_s_ratio_range"] = [min(per_s), max(per_s)]
         if r["saturated_tokens_per_s"] and off["saturated_tokens_per_s"]:
             ratio = r["saturated_tokens_per_s"] / off["saturated_tokens_per_s"]
             out[f"{m}_saturated_throughput_ratio"] = ratio
@@ -149,7 +157,21 @@ def compare(label: str, problems, args, verifier) -> dict:
             f"({min(gains):+.1f} to {max(gains):+.1f}), tok/s ratio "
             f"{out[f'{m}_throughput_ratio']:.2f} ({min(ratios):.2f}-{max(ratios):.2f}; saturated "
             f"{out.get(f'{m}_saturated_throughput_ratio', float('nan')):.2f}), problems/s "
-            f"ratio {out[f'{m}_problems_per_s_ratio']:.2f}"
+            f"ratio {out[f'{m}_problems_per_s_ratio']:.2f} ({min(per_s):.2f}-{max(per_s):.2f})"
+        )
+    # What each mode discards against the rollbacks before it, run by run.
+    for m, base in (("async", "async-step"), ("repair", "async"), ("repair", "async-step")):
+        if m not in runs or base not in runs:
+            continue
+        pairs = list(zip(runs[base], runs[m], strict=True))
+        wasted = [b["mean_wasted_tokens"] / max(a["mean_wasted_tokens"], 1e-9) for a, b in pairs]
+        acc = [100 * (b["accuracy"] - a["accuracy"]) for a, b in pairs]
+        out[f"{m}_vs_{base}_wasted_ratio"] = statistics.median(wasted)
+        out[f"{m}_vs_{base}_accuracy_points"] = statistics.median(acc)
+        print(
+            f"{m} vs {base}: discarded tokens per problem x{statistics.median(wasted):.2f} "
+            f"({min(wasted):.2f}-{max(wasted):.2f}), accuracy {statistics.median(acc):+.1f} "
+            f"points ({min(acc):+.1f} to {max(acc):+.1f})"
         )
     return out
 
@@ -172,7 +194,11 @@ def main() -> int:
     ap.add_argument("--max-retries", type=int, default=None, help="default: ReasoningConfig's")
     ap.add_argument("--max-backtracks", type=int, default=None)
     ap.add_argument("--batch", type=int, default=64, help="engine max_num_seqs")
-    ap.add_argument("--modes", default="off,async,strict", help="comma list, off included")
+    ap.add_argument(
+        "--modes",
+        default="off,async,strict,repair",
+        help="comma list, off included (async-step: async rolling back whole steps)",
+    )
     ap.add_argument("--repeats", type=int, default=1, help="runs per mode (medians reported)")
     args = ap.parse_args()
     from pipeline.reasoning.machine import ReasoningConfig

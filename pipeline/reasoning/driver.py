@@ -242,6 +242,9 @@ class ReasoningDriver:
             return []
         mark, appended = made
         self.num_appended += appended
+        # A finish the engine was holding (the model ended right after the value) is gone
+        # with the rollback: the sequence samples again from the repaired value.
+        self.engine.resume(self.seq.request_id)
         r.num_repairs += 1
         detail = f"{mark.old} -> {mark.new}: {mark.claim}"
         self._mark("repair", old=mark.old, new=mark.new, at=mark.position)

@@ -376,7 +376,8 @@ class Reasoner:
         # Claims are the unit of rollback: the step's text before its first contradicted claim
         # is kept, and only the claim on is resampled (the whole step when it was dropped for
         # its successor, or when the verdict names no claim).
-        char = _first_contradicted(bad) if target == i else None
+        by_claim = target == i and self.config.rollback == "claim"
+        char = _first_contradicted(bad) if by_claim else None
         where = f"step {target}" if char is None else f"its claim at character {char}"
         detail = f"step {i} contradicted ({bad.detail or 'no detail'}); resampling from {where}"
         return [

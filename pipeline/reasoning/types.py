@@ -24,6 +24,9 @@ class ReasoningConfig:
     max_backtracks: int = 32  # per job; then it finishes as unverified
     verdict_timeout_s: float = 10.0
     max_repairs: int = 64  # verify mode `repair`: values replaced per job, then checks only
+    # What a contradiction rolls back: from its first contradicted claim (the step's text before
+    # it kept), or the whole step (the rule before claims were the unit; for comparisons).
+    rollback: str = "claim"
     # Budget (None: unlimited). Live limits may tighten them while the job runs.
     max_thinking_tokens: int | None = None
     max_steps: int | None = None
@@ -46,6 +49,8 @@ class ReasoningConfig:
             raise ValueError("max_retries, max_backtracks >= 0 and verdict_timeout_s > 0")
         if (self.max_thinking_tokens or 1) < 1 or (self.max_steps or 1) < 1:
             raise ValueError("budgets must be positive")
+        if self.rollback not in ("claim", "step"):
+            raise ValueError(f"rollback must be claim or step, got {self.rollback!r}")
         if self.probe_every < 0 or self.probe_agree < 1 or self.answer_tokens < 1:
             raise ValueError("probe_every >= 0, probe_agree >= 1 and answer_tokens >= 1")
 

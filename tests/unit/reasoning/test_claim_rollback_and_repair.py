@@ -191,3 +191,31 @@ def test_repair_mode_end_to_end_keeps_only_right_values(engines):
             assert new in o.text
     wasted = {m: sum(o.wasted_tokens for o in outs) for m, outs in runs.items()}
     assert wasted["repair"] < wasted["async"]
+
+
+def test_a_repair_at_a_held_finish_lets_the_sequence_sample_again(tiny):
+    """The model ends right after a wrong value (the engine holds its finish for the verdicts):
+    the repair cuts the finish away with the value, so the sequence must run again (a bench
+    once stalled here: paused, with no check in flight)."""
+    from pipeline.reasoning.driver import ReasoningDriver
+    from pipeline.reasoning.types import ReasoningConfig
+
+    text = "\n8 * 4 = 30"
+    n = len(tiny.tokenizer.encode(text, add_special_tokens=False))
+    params = SamplingParams(temperature=0.7, seed=5, max_tokens=n + 2, pause_on_finish=True)
+    seq = tiny.add(Request("held", tiny.encode_prompt(PROMPT), params))
+    tiny.step()
+    tiny.append_tokens("held", tiny.tokenizer.encode(text, add_special_tokens=False))
+    tiny.step()  # the last token allowed: the finish is held
+    assert seq.pending_finish == "length"
+    driver = ReasoningDriver(
+        tiny, seq, ReasoningConfig(verify="repair", format=tiny.reasoning_format)
+    )
+    driver.advance(0.0)
+    assert driver.repairer is not None and [(m.old, m.new) for m in driver.repairer.marks] == [
+        ("30", "32")
+    ]
+    assert seq.pending_finish is None and tiny.has_schedulable
+    tiny.step()
+    assert seq.num_tokens > seq.num_prompt_tokens + 1 + n - 1  # it sampled after the value
+    tiny.abort("held")

@@ -219,3 +219,18 @@ def test_a_step_with_nothing_to_check_is_not_a_green_check():
     assert "nothing checkable" in coverage_line(nothing)
     green = render(view, ansi=True).splitlines()[1]
     assert "\x1b[32m" not in green  # no green on a step with nothing to check
+
+
+def test_a_repair_event_is_shown_before_its_step_and_is_no_backtrack():
+    view = StreamView()
+    for raw in [
+        ev(0, "accepted"),
+        ev(1, "repair", step=0, text="14 * 2 = 27", detail="27 -> 28: 14 * 2 = 27"),
+        ev(2, "step", step=0, text="So 14 * 2 = 28."),
+        ev(3, "verdict", step=0, text="So 14 * 2 = 28.", verdict="entailed"),
+    ]:
+        view.apply(decode(raw))
+    lines = render(view).splitlines()
+    repaired = "   ✎ repaired in step 1: 27 -> 28: 14 * 2 = 27"
+    assert lines[1:3] == [repaired, "  1. So 14 * 2 = 28. ✓"]
+    assert view.num_backtracks == 0

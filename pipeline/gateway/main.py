@@ -13,6 +13,18 @@ from pipeline.stage.processes import EXIT_GRACE_S, exit_within
 
 log = logging.getLogger(__name__)
 GRACEFUL_SHUTDOWN_S = 10.0  # open connections after SIGTERM, then closed
+# SIGTERM to the process's end, whatever hangs on the way (`stepwise up` kills at 60 s): a
+# clean-clone CI run saw the gateway still in its shutdown 60 s after SIGTERM, twice.
+SHUTDOWN_DEADLINE_S = 40.0
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, with the whole shutdown bounded from the first SIGTERM or SIGINT."""
+
+    def handle_exit(self, sig, frame) -> None:
+        if not self.should_exit:
+            exit_within(SHUTDOWN_DEADLINE_S, 0, why="the gateway's shutdown hung")
+        super().handle_exit(sig, frame)
 
 
 def warn_if_open(config: GatewayConfig) -> None:
@@ -26,16 +38,19 @@ def warn_if_open(config: GatewayConfig) -> None:
 def main(config: GatewayConfig) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     warn_if_open(config)
-    uvicorn.run(
-        create_app(config),
-        host=config.host,
-        port=config.port,
-        log_level="info",
-        ws_per_message_deflate=config.ws_deflate,
-        # A client that keeps its connection open (a WebSocket, a stream) must not hold the
-        # shutdown: past this, uvicorn closes what is left.
-        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+    server = _Server(
+        uvicorn.Config(
+            create_app(config),
+            host=config.host,
+            port=config.port,
+            log_level="info",
+            ws_per_message_deflate=config.ws_deflate,
+            # A client that keeps its connection open (a WebSocket, a stream) must not hold the
+            # shutdown: past this, uvicorn closes what is left.
+            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        )
     )
+    server.run()
 
 
 def serve(current: Settings) -> int:

@@ -22,7 +22,7 @@ from pipeline.gateway.config import GatewayConfig
 from pipeline.gateway.feed import KafkaFeed
 from pipeline.gateway.hub import Hub, JobLog, Subscription
 from pipeline.gateway.limits import RateLimiter
-from pipeline.stage.processes import release
+from pipeline.stage.processes import RELEASE_TIMEOUT_S, release
 from pipeline.topics import Topics
 from pipeline.tracing import setup as tracing_setup
 from pipeline.tracing import spans
@@ -147,17 +147,19 @@ class Gateway:
     async def stop(self) -> None:
         """Each step bounded (pipeline/stage/processes.py, `release`): a consumer that never
         finished leaving its group held the whole shutdown once, and uvicorn with it."""
+        # Independent of each other, so released side by side: one bound for all of them.
+        steps = [release("gateway", "the feed", self.feed.stop())]
         if self._budget_task is not None:
             self._budget_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._budget_task
+            # asyncio.wait neither cancels again nor waits past its timeout.
+            await asyncio.wait({self._budget_task}, timeout=RELEASE_TIMEOUT_S)
             assert self.budgets is not None
-            await release("gateway", "the budget reader", self.budgets.redis.aclose())
-        await release("gateway", "the feed", self.feed.stop())
+            steps.append(release("gateway", "the budget reader", self.budgets.redis.aclose()))
         if self.producer is not None:
-            await release("gateway", "the producer", self.producer.stop())
+            steps.append(release("gateway", "the producer", self.producer.stop()))
         if self.redis is not None:
-            await release("gateway", "redis", self.redis.aclose())
+            steps.append(release("gateway", "redis", self.redis.aclose()))
+        await asyncio.gather(*steps)
 
     def check_load(self, job: schema.Job) -> None:
         """429 with Retry-After, before the job is published, when the budget controller sheds

@@ -404,12 +404,21 @@ class Reasoner:
         ]
 
 
+# Claims whose error is inside the claim itself (its computation, its rewrite): resampling
+# from the claim's start can put it right. A wrong answer, a value an earlier step fixed, an
+# equation the problem refutes come from the reasoning before the claim: resampling only the
+# claim would guess values (the tiny reasoner rewrote `Answer: 26`'s 26 until it gave up), so
+# those roll the whole step back, as before claims were the unit.
+CLAIM_ROLLBACK_KINDS = ("arithmetic", "identity")
+
+
 def _first_contradicted(step: Step) -> int | None:
-    """Where the step's first contradicted claim begins (a character of its text), or None
-    when no claim says (a step-level verdict: roll the whole step back)."""
-    starts = [
-        c.span[0]
-        for c in step.claims
-        if getattr(c, "verdict", None) == CONTRADICTED and getattr(c, "span", None)
-    ]
-    return min(starts) if starts and min(starts) > 0 else None
+    """Where the step's first contradicted claim begins (a character of its text) when that
+    claim's own computation is wrong; None for a step-level rollback."""
+    bad = sorted(
+        (c for c in step.claims if getattr(c, "verdict", None) == CONTRADICTED),
+        key=lambda c: c.span[0],
+    )
+    if not bad or getattr(bad[0], "kind", "") not in CLAIM_ROLLBACK_KINDS:
+        return None
+    return bad[0].span[0] or None

@@ -99,7 +99,12 @@ def child_setup(nice: int = 0, die_with_parent: bool = True) -> Callable[[], Non
 EXIT_GRACE_S = 10.0  # after a worker stopped: how long the interpreter's own exit may take
 
 
-def exit_within(grace_s: float, code: int, exit_now: Callable[[int], object] = os._exit) -> None:
+def exit_within(
+    grace_s: float,
+    code: int,
+    exit_now: Callable[[int], object] = os._exit,
+    why: str = "the interpreter's exit hung",
+) -> None:
     """A worker that has stopped and released what it held still has the interpreter's exit
     ahead: the event loop's default executor, atexit hooks, non-daemon threads. Any of them
     hanging kept a stopped budget worker alive until `stepwise up` killed it 60 s later (CI,
@@ -108,8 +113,8 @@ def exit_within(grace_s: float, code: int, exit_now: Callable[[int], object] = o
 
     def watch() -> None:
         time.sleep(grace_s)
-        print(f"stepwise: the interpreter's exit hung {grace_s:.0f} s after the worker stopped; "
-              "where each thread waits:", file=sys.stderr, flush=True)  # fmt: skip
+        print(f"stepwise: {why} ({grace_s:.0f} s); where each thread waits:", file=sys.stderr,
+              flush=True)  # fmt: skip
         faulthandler.dump_traceback(all_threads=True)
         sys.stderr.flush()
         exit_now(code)

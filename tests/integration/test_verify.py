@@ -18,6 +18,7 @@ from pipeline.config import PipelineConfig
 from pipeline.engine import Engine, EngineConfig, SamplingParams
 from pipeline.models.resolve import resolve_model
 from pipeline.verify.checker import check_step
+from pipeline.verify.repair import find_repair
 from tests.integration.conftest import VerifyWorker
 from tests.integration.pipeline_helpers import run_jobs, running_stack, stack_config
 
@@ -34,9 +35,10 @@ def test_the_task_answers_on_the_stream_and_repeats_its_answer(verify_worker):
     assert (again.verdict, again.detail) == (bad.verdict, bad.detail)  # idempotent
 
 
-def first_wrong_seed(problem: str, max_tokens: int) -> int:
-    """A seed whose unverified run writes a contradicted step (sampling is position-seeded, so
-    the pipeline's first attempt with this seed is the same run)."""
+def first_wrong_seed(problem: str, max_tokens: int, repairable: bool = False) -> int:
+    """A seed whose unverified run writes a contradicted step (with `repairable`: a wrong value
+    verify mode repair replaces). Sampling is position-seeded, so the pipeline's first attempt
+    with this seed is the same run."""
     engine = Engine(EngineConfig(model=str(resolve_model("tiny-reasoner")), dtype="float32"))
     ids = engine.encode_prompt([{"role": "user", "content": problem}])
     text = engine.tokenizer.decode(ids)
@@ -45,7 +47,9 @@ def first_wrong_seed(problem: str, max_tokens: int) -> int:
         out = engine.generate([ids], p)[0].text
         steps = [s for s in out.split("\n") if s.strip()]
         for i, step in enumerate(steps):
-            if check_step(text, (), steps[:i], step).verdict == "contradicted":
+            if repairable and find_repair(step, final=True) is not None:
+                return seed
+            if not repairable and check_step(text, (), steps[:i], step).verdict == "contradicted":
                 return seed
     raise AssertionError("no seed made a mistake: pick a harder problem")
 
@@ -122,3 +126,25 @@ async def test_killing_the_verify_worker_mid_job_does_not_stall_it(
     assert timed_out and all(e.verdict == "unknown" for e in timed_out)
     steps = [s for r in results.values() for s in r[0].steps]
     assert any(s.verdict == "unknown" for s in steps)
+
+
+@pytest.mark.slow
+async def test_a_wrong_value_is_repaired_in_place_and_said_so(
+    kafka_bootstrap, redis_url, topics, verify_worker
+):
+    seed = first_wrong_seed(PROBLEM, max_tokens=160, repairable=True)
+    params = schema.JobParams(temperature=0.7, seed=seed, max_tokens=160, verify="repair")
+    job = schema.Job(id=f"rp-{uuid.uuid4().hex[:8]}", prompt=PROBLEM, params=params)
+    config = config_for(kafka_bootstrap, redis_url, topics)
+    async with running_stack(config):
+        events, results = await run_jobs(config, [job], timeout_s=180)
+    (result,) = results[job.id]
+    evs = events[job.id]
+    assert [e.seq for e in evs] == list(range(len(evs)))
+    said = [e for e in evs if e.kind == "repair"]
+    assert said and result.status == "ok" and result.repairs
+    assert result.usage.repairs == len(said) >= len(result.repairs)  # later rollbacks drop some
+    for r in result.repairs:  # each kept repair's new value stands where the Result says
+        assert result.text[r.start : r.end] == r.new != r.old
+        assert r.old in r.claim and f"{r.old} -> {r.new}" in " ".join(e.detail for e in said)
+    assert current_chain(evs) == [s.text for s in result.steps]

@@ -31,8 +31,8 @@ class ClaimVerifier:
     """Contradicts the first attempt at step `step`, naming the claim that starts at `text`'s
     first occurrence in it; entails everything else."""
 
-    def __init__(self, step: int, text: str) -> None:
-        self.step, self.text = step, text
+    def __init__(self, step: int, text: str, kind: str = "arithmetic") -> None:
+        self.step, self.text, self.kind = step, text, kind
         self.calls: list[tuple[int, str]] = []
 
     def submit(self, problem, premises, accepted, step_text):
@@ -42,7 +42,8 @@ class ClaimVerifier:
         fut: Future = Future()
         if index == self.step and first and self.text in step_text:
             at = step_text.index(self.text)
-            claim = ClaimInfo(text=self.text, span=(at, len(step_text)), verdict="contradicted")
+            claim = ClaimInfo(text=self.text, span=(at, len(step_text)), verdict="contradicted",
+                              kind=self.kind)  # fmt: skip
             fut.set_result(("contradicted", "scripted", (claim,)))
         else:
             fut.set_result(("entailed", "", ()))
@@ -68,6 +69,18 @@ def test_a_contradicted_claim_rolls_back_to_its_start_and_no_further(tiny):
     # The step was checked again whole, its text before the claim as first written.
     again = [t for i, t in v.calls if i == 1]
     assert len(again) == 2 and again[1] == again[0] == steps[1]
+
+
+@pytest.mark.parametrize("kind", ["solution", "binding", "equation"])
+def test_a_claim_wrong_by_what_came_before_rolls_back_the_whole_step(tiny, kind):
+    """A wrong answer or a value an earlier step fixed: resampling the claim alone would only
+    guess another value, so the step goes whole."""
+    plain = tiny.generate([PROMPT], SamplingParams(temperature=0.0, max_tokens=200))[0]
+    step = plain.text.split("\n")[1]
+    params = [JobParams(temperature=0.0, max_tokens=200, seed=3, verify="async")]
+    out = generate_verified(tiny, [PROMPT], [()], params, ClaimVerifier(1, "30 + 18", kind))[0]
+    assert out.backtracks == 1 and out.text == plain.text
+    assert out.wasted_tokens == len(tiny.tokenizer.encode(step + "\n", add_special_tokens=False))
 
 
 def test_a_verdict_without_claims_rolls_back_the_whole_step(tiny):

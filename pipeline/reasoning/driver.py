@@ -27,6 +27,7 @@ from pipeline.reasoning.machine import (
     Rollback,
 )
 from pipeline.reasoning.repairer import Repairer, token_at
+from pipeline.verify.fast import fast_verdict
 
 Outward = Check | Note
 
@@ -106,7 +107,14 @@ class ReasoningDriver:
             elif r.phase == "answer" and end <= self.forced_until:
                 actions += r.on_unchecked_step(start, end, text)  # inside the forced text
             else:
-                actions += r.on_step(start, end, text, now_s)
+                new = r.on_step(start, end, text, now_s)
+                actions += new
+                check = next((a for a in new if isinstance(a, Check)), None)
+                if check is not None and r.config.fast_verdicts:
+                    decided = self._fast_verdict(check, now_s)
+                    if decided is not None:  # the step is rolled back before anything else
+                        actions.remove(check)
+                        return self._apply(actions + decided)
         for key, probe in list(self.probes.items()):
             if probe.is_finished and not r.finished:
                 del self.probes[key]
@@ -217,6 +225,16 @@ class ReasoningDriver:
         if seq.is_finished:
             self._drop_probes()
         return out
+
+    def _fast_verdict(self, check: Check, now_s: float) -> list[Action] | None:
+        """A step with a false claim that has no unknowns is contradicted here, with no round
+        trip to the checker (pipeline/verify/fast.py); None: the checker decides."""
+        v = fast_verdict(check.text)
+        if v is None:
+            return None
+        self.reasoner.num_fast_verdicts += 1
+        detail = f"{v.detail} (decided in decode)"
+        return self.reasoner.on_verdict(check.key, v.verdict, detail, now_s, v.claims)
 
     def _rollback(self, position: int, seed: int | None = None) -> None:
         self.engine.rollback(self.seq.request_id, position, seed=seed)

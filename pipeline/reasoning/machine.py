@@ -86,6 +86,7 @@ class Reasoner:
     probe_every: int = 1
     num_unresampled: int = 0  # contradicted steps kept because resampling was capped
     num_repairs: int = 0  # verify mode `repair`: wrong values replaced in place
+    num_fast_verdicts: int = 0  # steps contradicted in decode, with no round trip
     # When its deadline needs the answer started (monotonic s): pending verdicts then count
     verdicts_due_s: float | None = None  # as unknown rather than hold the answer past it
     num_probe_tokens: int = 0

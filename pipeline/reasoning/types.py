@@ -27,6 +27,9 @@ class ReasoningConfig:
     # What a contradiction rolls back: from its first contradicted claim (the step's text before
     # it kept), or the whole step (the rule before claims were the unit; for comparisons).
     rollback: str = "claim"
+    # A false claim with no unknowns contradicts its step in decode, with no round trip to the
+    # checker (pipeline/verify/fast.py); off: every verdict comes from the checker.
+    fast_verdicts: bool = True
     # Budget (None: unlimited). Live limits may tighten them while the job runs.
     max_thinking_tokens: int | None = None
     max_steps: int | None = None

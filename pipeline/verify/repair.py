@@ -14,6 +14,7 @@ Pure logic: no engine, no tokens. `find_repair` reads text; decode maps its span
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -29,7 +30,7 @@ from pipeline.verify.claim_ast import (
     expr_variables,
     holds,
 )
-from pipeline.verify.prose import find_claims
+from pipeline.verify.prose import FoundClaim, find_claims
 from pipeline.verify.verdicts import number_text
 
 # A number as written: optional sign, digits with thousands commas, decimals.
@@ -60,28 +61,41 @@ def closed_at(text: str, end: int) -> bool:
     return _CONTINUES.match(rest) is None
 
 
+def false_claims(
+    text: str, limits: ClaimLimits = DEFAULT_LIMITS
+) -> Iterator[tuple[FoundClaim, Fraction, Fraction]]:
+    """The claims of `text` with no unknowns that are false whatever the state: (claim, its
+    left side's value, its right side's), in order. Rounded values as meant, claims right with
+    their units converted and alternatives are not false."""
+    for claim in find_claims(text, limits):
+        rel = claim.relation
+        if rel is None or claim.alternative:
+            continue
+        if expr_variables(rel.lhs) or expr_variables(rel.rhs):
+            continue
+        try:
+            lhs, rhs = evaluate(rel.lhs, limits), evaluate(rel.rhs, limits)
+        except (ClaimError, ZeroDivisionError):
+            continue
+        if lhs is None or rhs is None or holds(lhs, rel.op, rhs):
+            continue
+        if _holds_converted(claim.converted, limits):
+            continue
+        if as_meant(rel, text[claim.span[1] : claim.span[1] + 80], limits):  # "10 / 3 = 3.33"
+            continue
+        yield claim, lhs, rhs
+
+
 def find_repair(
     text: str, *, final: bool = False, limits: ClaimLimits = DEFAULT_LIMITS
 ) -> Repair | None:
     """The first wrong value in `text` a repair can put right: a claim `lhs = value` with no
     unknowns whose `lhs` computes exactly to another value written as a decimal. With `final`
     false (the text is still being written) only values that are closed count."""
-    for claim in find_claims(text, limits):
+    for claim, want, got in false_claims(text, limits):
         rel = claim.relation
-        if rel is None or claim.alternative or rel.op != "=":
-            continue
-        if expr_variables(rel.lhs) or expr_variables(rel.rhs) or not _literal(rel.rhs):
-            continue
-        try:
-            want, got = evaluate(rel.lhs, limits), evaluate(rel.rhs, limits)
-        except (ClaimError, ZeroDivisionError):
-            continue
-        if want is None or got is None or want == got:
-            continue
-        if _holds_converted(claim.converted, limits):
-            continue
-        start, end = claim.span
-        if as_meant(rel, text[end : end + 80], limits):  # "10 / 3 = 3.33": rounded, not wrong
+        assert rel is not None
+        if rel.op != "=" or not _literal(rel.rhs):
             continue
         span = _value_span(text, claim.span, got)
         if span is None or not (final or closed_at(text, span[1])):
@@ -89,8 +103,8 @@ def find_repair(
         new = _written_like(want, text[span[0] : span[1]])
         if new is None:
             return None  # the right value has no finite decimal: the checker's verdict decides
-        old = text[span[0] : span[1]]
-        return Repair(span, old, new, text[start:end])
+        start, end = claim.span
+        return Repair(span, text[span[0] : span[1]], new, text[start:end])
     return None
 
 

@@ -18,6 +18,7 @@ def test_chat_models_get_messages_with_the_formats_instruction():
     assert [j.params.stream for j in jobs] == ["tokens"] + ["steps"] * 6
     # A burst is a batch's load: only the job shown live is interactive (docs/budget.md).
     assert [j.slo.class_ for j in jobs] == ["interactive"] + ["batch"] * 6
+    assert {j.params.verify for j in jobs} == {"repair"}  # wrong values replaced as written
     assert len({j.id for j in jobs}) == 7 and all(j.prompt is None for j in jobs)
     for job, p in zip(jobs, problems, strict=True):
         (m,) = job.messages

@@ -15,6 +15,7 @@ from pipeline.reasoning.repairer import Repairer
 from pipeline.schema import ClaimInfo, JobParams
 
 PROMPT = "Q: Compute (7 + 8) * 3 - 5.\n"
+SCRIPTED = {"fast_verdicts": False}  # every verdict is the scripted verifier's
 
 
 def engine_of(name: str) -> Engine:
@@ -57,7 +58,7 @@ def test_a_contradicted_claim_rolls_back_to_its_start_and_no_further(tiny):
     assert claim in steps[1] and not steps[1].startswith(claim)
     v = ClaimVerifier(1, claim)
     params = [JobParams(temperature=0.0, max_tokens=200, seed=3, verify="async")]
-    out = generate_verified(tiny, [PROMPT], [()], params, v)[0]
+    out = generate_verified(tiny, [PROMPT], [()], params, v, reasoning=SCRIPTED)[0]
     assert out.backtracks == 1
     # Greedy from the kept prefix (its KV kept, not recomputed) gives the fresh decode's text:
     # a stale or shifted KV would change the continuation.
@@ -78,7 +79,8 @@ def test_a_claim_wrong_by_what_came_before_rolls_back_the_whole_step(tiny, kind)
     plain = tiny.generate([PROMPT], SamplingParams(temperature=0.0, max_tokens=200))[0]
     step = plain.text.split("\n")[1]
     params = [JobParams(temperature=0.0, max_tokens=200, seed=3, verify="async")]
-    out = generate_verified(tiny, [PROMPT], [()], params, ClaimVerifier(1, "30 + 18", kind))[0]
+    v = ClaimVerifier(1, "30 + 18", kind)
+    out = generate_verified(tiny, [PROMPT], [()], params, v, reasoning=SCRIPTED)[0]
     assert out.backtracks == 1 and out.text == plain.text
     assert out.wasted_tokens == len(tiny.tokenizer.encode(step + "\n", add_special_tokens=False))
 
@@ -95,7 +97,8 @@ def test_a_verdict_without_claims_rolls_back_the_whole_step(tiny):
     plain = tiny.generate([PROMPT], SamplingParams(temperature=0.0, max_tokens=200))[0]
     step = plain.text.split("\n")[1]
     params = [JobParams(temperature=0.0, max_tokens=200, seed=3, verify="async")]
-    out = generate_verified(tiny, [PROMPT], [()], params, StepVerifier(1, "30 + 18"))[0]
+    v = StepVerifier(1, "30 + 18")
+    out = generate_verified(tiny, [PROMPT], [()], params, v, reasoning=SCRIPTED)[0]
     assert out.backtracks == 1 and out.text == plain.text
     assert out.wasted_tokens == len(tiny.tokenizer.encode(step + "\n", add_special_tokens=False))
 
@@ -232,3 +235,25 @@ def test_a_repair_at_a_held_finish_lets_the_sequence_sample_again(tiny):
     tiny.step()
     assert seq.num_tokens > seq.num_prompt_tokens + 1 + n - 1  # it sampled after the value
     tiny.abort("held")
+
+
+def test_a_false_claim_with_no_unknowns_is_contradicted_in_decode_not_sent(tiny):
+    """`8 * 4 = 30` is false whatever the problem says: the step is rolled back at once, with
+    no round trip to the checker; a true step still goes to it."""
+    from pipeline.reasoning.driver import ReasoningDriver
+    from pipeline.reasoning.types import Check, Note, ReasoningConfig
+
+    seq = tiny.add(Request("fast", tiny.encode_prompt(PROMPT), SamplingParams(max_tokens=80)))
+    tiny.step()
+    tiny.append_tokens("fast", tiny.tokenizer.encode("\n8 * 4 = 30\n", add_special_tokens=False))
+    config = ReasoningConfig(verify="async", format=tiny.reasoning_format)
+    driver = ReasoningDriver(tiny, seq, config)
+    outs = driver.advance(0.0)
+    checks = [o for o in outs if isinstance(o, Check)]
+    verdicts = [o for o in outs if isinstance(o, Note) and o.kind == "verdict"]
+    assert [c.text for c in checks] == [driver.reasoner.chain[0].text]  # the first step only
+    assert verdicts[0].verdict == "contradicted" and "decided in decode" in verdicts[0].detail
+    assert verdicts[0].claims[0].text == "8 * 4 = 30"
+    assert driver.reasoner.num_fast_verdicts == 1 and driver.reasoner.num_backtracks == 1
+    assert "8 * 4 = 30" not in tiny.tokenizer.decode(seq.output_token_ids)  # rolled back
+    tiny.abort("fast")

@@ -45,6 +45,7 @@ def run(engine, verify, verifier, seed=3, max_tokens=200, **kw):
     """The prompt as a job of the pipeline (JobParams), through the loop decode runs;
     `kw`: the job's own caps, the pipeline's retries, the reasoning machine's other knobs."""
     own = {k: kw.pop(k) for k in JOB_FIELDS if k in kw}
+    kw.setdefault("fast_verdicts", False)  # every verdict the script's
     knobs = {k: kw.pop(k) for k in ("max_retries", "max_backtracks") if k in kw}
     params = [JobParams(temperature=0.7, max_tokens=max_tokens, seed=seed, verify=verify, **own)]
     return generate_verified(engine, [PROMPT], [()], params, verifier,

@@ -195,12 +195,12 @@ def test_token_events_split_thinking_from_the_answer_at_any_cut(tok):
 
 
 def test_verified_steps_become_verify_requests_and_verdicts_become_events(tok):
-    run = make_run(tok, "3 + 4 = 7\n4 * 2 = 9\n", verify="async")
+    run = make_run(tok, "3 + 4 = 7\n4 * 2 = 8\n", verify="async")  # true: no fast verdict
     events, checks = advance(run, tok, now_ms=200)
     assert [e.kind for e in events] == ["step", "step"]
     assert [(c.step, c.text, c.accepted) for c in checks] == [
         (0, "3 + 4 = 7", []),
-        (1, "4 * 2 = 9", ["3 + 4 = 7"]),
+        (1, "4 * 2 = 8", ["3 + 4 = 7"]),
     ]
     assert checks[0].problem == "Q: What is 3 + 4?\n" and checks[0].reply_stream.endswith(":w")
     assert checks[0].id == "d-1" and checks[0].key != checks[1].key

@@ -170,6 +170,13 @@ class PipelineConfig:
         concern="pipeline",
         help="decode: backtracks per job, then it finishes as unverified",
     )
+    fast_verdicts: bool = setting(
+        True,
+        env="FAST_VERDICTS",
+        concern="pipeline",
+        help="decode: contradict a false claim with no unknowns itself, with no round trip to "
+        "the checker (off: every verdict the checker's)",
+    )
     engine: str = setting(
         "native",
         env="ENGINE",

@@ -218,6 +218,7 @@ class DecodeCore:
         reasoning, start = starting_config(
             h.params, h.budget, live, engine.reasoning_format, max_retries=cfg.max_retries,
             max_backtracks=cfg.max_backtracks, verdict_timeout_s=cfg.verdict_timeout_s,
+            fast_verdicts=cfg.fast_verdicts,
         )  # fmt: skip
         params = handoff_params(h, token_limit(reasoning, len(h.token_ids), engine.max_model_len))
         seq, kv_ack, kv = self.intake.take(h, params, self._stats)

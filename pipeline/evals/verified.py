@@ -88,6 +88,7 @@ def generate_verified(
         config, start = starting_config(
             p, stamped, None, engine.reasoning_format, max_retries=pipeline.max_retries,
             max_backtracks=pipeline.max_backtracks, verdict_timeout_s=pipeline.verdict_timeout_s,
+            fast_verdicts=pipeline.fast_verdicts,
         )  # fmt: skip
         config = dataclasses.replace(config, **(reasoning or {}))
         limit = token_limit(config, len(ids), engine.max_model_len)

@@ -67,6 +67,7 @@ def starting_config(
     max_retries: int = 8,
     max_backtracks: int = 32,
     verdict_timeout_s: float = 10.0,
+    fast_verdicts: bool = True,
 ) -> tuple[ReasoningConfig, JobBudget]:
     """A job's reasoning configuration as it starts, from its effective budget then (its own
     caps, the stamped and live class limits; its deadline follows at every step)."""
@@ -76,6 +77,7 @@ def starting_config(
         max_retries=max_retries,
         max_backtracks=max_backtracks,
         verdict_timeout_s=verdict_timeout_s,
+        fast_verdicts=fast_verdicts,
         max_thinking_tokens=start.max_thinking_tokens,
         max_steps=start.max_steps,
         early_exit=start.early_exit,

@@ -74,6 +74,9 @@ def test_a_verified_job_that_backtracks_is_one_trace_across_the_stack(
         "STEPWISE_KAFKA": kafka_bootstrap, "STEPWISE_REDIS": own_db(redis_url, 9),
         "OMP_NUM_THREADS": "1", "STEPWISE_TRACE_SAMPLE": "1", "STEPWISE_TRACE_DIR": str(traces),
         "STEPWISE_GATEWAY_PORT": str(port),
+        # Every verdict from the Celery worker, so the checks are spans of the trace (a false
+        # arithmetic step would otherwise be contradicted in decode, with no check to trace).
+        "STEPWISE_FAST_VERDICTS": "0",
     }.items():  # fmt: skip
         monkeypatch.setenv(name, value)
     config = PipelineConfig.from_settings(topic_prefix=topics.prefix, model="tiny-reasoner")

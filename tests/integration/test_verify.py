@@ -58,19 +58,25 @@ def config_for(kafka, redis, topics, **kw) -> PipelineConfig:
     return stack_config(kafka, redis, topics, **kw)
 
 
+async def one_wrong_job(kafka, redis, topics, verify: str):
+    """One job on the real stack whose first attempt writes a wrong step (with verify mode
+    repair: a value the repairer replaces); its Result and its events."""
+    seed = first_wrong_seed(PROBLEM, max_tokens=160, repairable=verify == "repair")
+    params = schema.JobParams(temperature=0.7, seed=seed, max_tokens=160, verify=verify)
+    job = schema.Job(id=f"{verify}-{uuid.uuid4().hex[:8]}", prompt=PROBLEM, params=params)
+    config = config_for(kafka, redis, topics)
+    async with running_stack(config):
+        events, results = await run_jobs(config, [job], timeout_s=180)
+    (result,) = results[job.id]
+    return result, events[job.id]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("verify", ["async", "strict"])
 async def test_a_contradicted_step_is_backtracked_out_of_the_chain(
     kafka_bootstrap, redis_url, topics, verify_worker, verify
 ):
-    seed = first_wrong_seed(PROBLEM, max_tokens=160)
-    params = schema.JobParams(temperature=0.7, seed=seed, max_tokens=160, verify=verify)
-    job = schema.Job(id=f"bt-{uuid.uuid4().hex[:8]}", prompt=PROBLEM, params=params)
-    config = config_for(kafka_bootstrap, redis_url, topics)
-    async with running_stack(config):
-        events, results = await run_jobs(config, [job], timeout_s=180)
-    (result,) = results[job.id]
-    evs = events[job.id]
+    result, evs = await one_wrong_job(kafka_bootstrap, redis_url, topics, verify)
     assert [e.seq for e in evs] == list(range(len(evs)))  # gap-free through backtracks
     backtracks = [e for e in evs if e.kind == "backtrack"]
     contradicted = [e for e in evs if e.kind == "verdict" and e.verdict == "contradicted"]
@@ -135,14 +141,7 @@ async def test_killing_the_verify_worker_mid_job_does_not_stall_it(
 async def test_a_wrong_value_is_repaired_in_place_and_said_so(
     kafka_bootstrap, redis_url, topics, verify_worker
 ):
-    seed = first_wrong_seed(PROBLEM, max_tokens=160, repairable=True)
-    params = schema.JobParams(temperature=0.7, seed=seed, max_tokens=160, verify="repair")
-    job = schema.Job(id=f"rp-{uuid.uuid4().hex[:8]}", prompt=PROBLEM, params=params)
-    config = config_for(kafka_bootstrap, redis_url, topics)
-    async with running_stack(config):
-        events, results = await run_jobs(config, [job], timeout_s=180)
-    (result,) = results[job.id]
-    evs = events[job.id]
+    result, evs = await one_wrong_job(kafka_bootstrap, redis_url, topics, "repair")
     assert [e.seq for e in evs] == list(range(len(evs)))
     said = [e for e in evs if e.kind == "repair"]
     assert said and result.status == "ok" and result.repairs

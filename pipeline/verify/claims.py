@@ -17,6 +17,7 @@ from fractions import Fraction
 from lark import Lark, Transformer, v_args
 from lark.exceptions import LarkError, VisitError
 
+from pipeline.verify import claim_reader
 from pipeline.verify.claim_ast import (
     DEFAULT_LIMITS,
     BinOp,
@@ -118,6 +119,15 @@ _EXPR_PARSER = Lark(
 )
 
 
+def _parse(text: str, *, chain: bool = True) -> list:
+    """The parser's items for `text`: the hand-written reader's when it reads it (the common
+    case, several times faster), else lark's (which raises the errors)."""
+    items = claim_reader.read(text, _number, chain=chain)
+    if items is not None:
+        return items
+    return (_PARSER if chain else _EXPR_PARSER).parse(text)
+
+
 def _number(text: str) -> Fraction:
     # Built from ASCII digits by hand: Fraction()/int() would also accept other scripts' digits.
     whole, _, frac = text.partition(".")
@@ -161,7 +171,7 @@ def _parse_chain(text: str, limits: ClaimLimits) -> list[Relation]:
     """`a = b < c` -> [a = b, b < c]; every side validated under the limits."""
     _precheck(text, limits)
     try:
-        items = _PARSER.parse(text)
+        items = _parse(text)
     except VisitError as e:  # an error raised inside a transformer callback
         raise ClaimError("unparseable", str(e.orig_exc)) from None
     except LarkError:
@@ -194,7 +204,7 @@ def parse_sides(text: str, limits: ClaimLimits = DEFAULT_LIMITS) -> list[Expr]:
     """The sides of a relation chain (`a = b < c` -> [a, b, c]), validated; ClaimError else."""
     _precheck(text, limits)
     try:
-        items = _PARSER.parse(text)
+        items = _parse(text)
     except VisitError as e:
         raise ClaimError("unparseable", str(e.orig_exc)) from None
     except LarkError:
@@ -209,7 +219,7 @@ def parse_expr(text: str, limits: ClaimLimits = DEFAULT_LIMITS) -> Expr:
     """One expression (no relation), validated under the limits; ClaimError otherwise."""
     _precheck(text, limits)
     try:
-        (expr,) = _EXPR_PARSER.parse(text)
+        (expr,) = _parse(text, chain=False)
     except VisitError as e:
         raise ClaimError("unparseable", str(e.orig_exc)) from None
     except LarkError:

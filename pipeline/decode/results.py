@@ -216,10 +216,10 @@ def decode_stages(run: JobRun, h: schema.Handoff, now_ms: int) -> dict[str, floa
 
 def repair_infos(driver: ReasoningDriver, tokenizer: Tokenizer) -> list[schema.RepairInfo]:
     """The repairs still in the final text, each with where its new value stands in it."""
-    if driver.repairer is None:
+    if driver.watch is None:
         return []
     seq = driver.seq
-    spans = driver.repairer.spans(tokenizer.decode, seq.output_token_ids, seq.num_prompt_tokens)
+    spans = driver.watch.spans(tokenizer.decode, seq.output_token_ids, seq.num_prompt_tokens)
     return [
         schema.RepairInfo(step=m.step, start=at, end=at + len(m.new), old=m.old, new=m.new,
                           claim=m.claim)

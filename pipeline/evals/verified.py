@@ -155,5 +155,5 @@ def _completion(engine: StepEngine, job: ReasoningJob | None) -> VerifiedComplet
         checks=r.num_checks,
         gave_up=r.gave_up,
         verdicts=tuple(s.verdict or "unknown" for s in r.chain),
-        repairs=tuple((m.old, m.new) for m in d.repairer.marks) if d.repairer else (),
+        repairs=tuple((m.old, m.new) for m in d.watch.marks) if d.watch else (),
     )

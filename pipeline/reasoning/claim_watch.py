@@ -1,14 +1,19 @@
-"""Verify mode `repair` on one sequence: a wrong arithmetic value is replaced in place.
+"""Claims read the moment they are written: wrong arithmetic repaired in place, or rolled back.
 
-After every engine step the driver asks `Repairer.scan` to read the sequence's unreported text
-(its completed steps not yet reported, and the step being written). When the value after the
-text's last `=` has just been closed (pipeline/verify/repair.py), the text is read for a claim
-with no unknowns whose value its left side refutes; the sequence is then rolled back to that
-value's first token, the right value's tokens are put in, and sampling goes on after them. Only
-the wrong value and what was sampled after it (usually a token or two) are discarded.
+After every engine step the driver asks `ClaimWatch.scan` to read the sequence's unreported
+text (its completed steps not yet reported, and the step being written). When the value after
+the text's last `=` has just been closed (pipeline/verify/repair.py), the text is read for a
+claim with no unknowns whose value its left side refutes. Then:
 
-A repair that would change any character before the value (a re-tokenization that does not give
-back the same text) is refused: the value stays, and the checker's verdict rolls it back.
+* verify mode `repair`: the sequence is rolled back to that value's first token, the right
+  value's tokens are put in, and sampling goes on after them. Only the wrong value and what was
+  sampled after it (usually a token or two) are discarded. A repair that would change any
+  character before the value (a re-tokenization that does not give back the same text) is
+  refused: the value stays, and is rolled back as below.
+* otherwise (and for a value no repair can write: `7 / 3 = 2`): a false claim in the step being
+  written is handed back (`FalseClaim`) and the driver rolls the sequence back to the claim's
+  start right away, mid-step, before the rest of the step and the tokens a verdict's round trip
+  would cost are decoded.
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ import re
 from dataclasses import dataclass
 
 from pipeline.engine.sequence import Sequence
-from pipeline.verify.repair import Repair, closed_at, find_repair
+from pipeline.verify.found_claim import FoundClaim
+from pipeline.verify.repair import Repair, closed_at, closed_false_claim, find_repair
 
 _VALUE = re.compile(r"\d[\d,]*(?:\.\d+)?")
 
@@ -34,6 +40,16 @@ class RepairMark:
     claim: str  # the claim as the model wrote it
 
 
+@dataclass(frozen=True, slots=True)
+class FalseClaim:
+    """A false claim just closed in the step being written (not yet a step of the chain)."""
+
+    step: int
+    start: int  # token position where the step begins
+    text: str  # the step's text so far, as the decode gave it
+    claim: FoundClaim  # span: characters of `text`
+
+
 def token_at(decode, ids: list[int], start: int, char: int, text: str) -> int | None:
     """The last token position p in [start, len(ids)] whose text from `start` is a prefix of
     `text` no longer than `char` characters (None when the tokens do not give `text` back)."""
@@ -47,22 +63,23 @@ def token_at(decode, ids: list[int], start: int, char: int, text: str) -> int | 
     return best
 
 
-class Repairer:
-    """The repairs of one sequence (the driver calls `scan` after each engine step)."""
+class ClaimWatch:
+    """The claims of one sequence as they are written (the driver calls `scan` after each
+    engine step): repaired when `repair`, else the first false one handed back."""
 
-    def __init__(self, engine, seq: Sequence, max_repairs: int) -> None:
+    def __init__(self, engine, seq: Sequence, max_repairs: int, repair: bool = True) -> None:
         self.engine, self.seq, self.max_repairs = engine, seq, max_repairs
+        self.repair = repair
         self.marks: list[RepairMark] = []
         self.num_refused = 0
         # (segment start, index of its last `=`, final) already read: read each value once.
         self._judged: set[tuple[int, int, bool]] = set()
 
-    def scan(self, first: int, first_step: int) -> tuple[RepairMark, int] | None:
+    def scan(self, first: int, first_step: int) -> tuple[RepairMark, int] | FalseClaim | None:
         """Read the text from token `first` (where step `first_step` begins) to the end; make
-        the first repair it needs. Returns (the repair, the tokens put in) or None."""
+        the first repair it needs (returns the repair and the tokens put in), or hand back a
+        false claim closed in the step being written; None when there is neither."""
         seq = self.seq
-        if len(self.marks) >= self.max_repairs:
-            return None
         ids = seq.token_ids
         bounds = [e for e in seq.step_ends if e > first]
         if not bounds or bounds[-1] < seq.num_tokens:
@@ -74,10 +91,18 @@ class Repairer:
             text = self.engine.tokenizer.decode(ids[seg[0] : seg[1]])
             if not self._worth_reading(seg[0], text, final):
                 continue
-            repair = find_repair(text, final=final)
+            repair = find_repair(text, final=final) if self._repairing else None
             if repair is not None and (made := self._make(seg[0], text, repair, index)):
                 return made
+            # A completed step's false claims are its verdict's (the driver's fast verdict);
+            # one in the step being written is rolled back now.
+            if not final and (claim := closed_false_claim(text)) is not None:
+                return FalseClaim(index, seg[0], text, claim)
         return None
+
+    @property
+    def _repairing(self) -> bool:
+        return self.repair and len(self.marks) < self.max_repairs
 
     def _worth_reading(self, start: int, text: str, final: bool) -> bool:
         """A value after the last `=` that was just closed (or a step just completed), not

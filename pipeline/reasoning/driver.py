@@ -9,9 +9,11 @@ to send, notes to stream — goes back to the caller, who owns the verifier and 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from pipeline.engine import Engine, Request, SamplingParams
 from pipeline.engine.sequence import Sequence
+from pipeline.reasoning.claim_watch import ClaimWatch, FalseClaim, token_at
 from pipeline.reasoning.machine import (
     Action,
     Check,
@@ -26,8 +28,7 @@ from pipeline.reasoning.machine import (
     Resume,
     Rollback,
 )
-from pipeline.reasoning.repairer import Repairer, token_at
-from pipeline.verify.fast import fast_verdict
+from pipeline.verify.fast import contradicted, fast_verdict
 
 Outward = Check | Note
 
@@ -53,10 +54,11 @@ class ReasoningDriver:
         self.answer_room = len(tok.encode(widest, add_special_tokens=False)) + 2
         self.forced_until = 0  # the forced text's end: step ends inside it do not end the answer
         self._stops: tuple[int, ...] | None = None
-        # Verify mode `repair`: wrong arithmetic values replaced as they are written.
-        self.repairer = (
-            Repairer(engine, seq, config.max_repairs) if config.verify == "repair" else None
-        )
+        # Claims read as they are written: verify mode `repair` replaces wrong arithmetic
+        # values; with fast verdicts, a false claim is rolled back before its step ends.
+        repair = config.verify == "repair"
+        watching = repair or (config.verify != "off" and config.fast_verdicts)
+        self.watch = ClaimWatch(engine, seq, config.max_repairs, repair) if watching else None
         # What it did to the sequence that no Note says (forced answers, early exits), for a
         # traced job's spans: None (nothing kept) unless the job is traced.
         self.marks: list[tuple[str, dict]] | None = None
@@ -95,8 +97,13 @@ class ReasoningDriver:
             self._drop_probes()
             return []
         actions: list[Action] = []
-        if self.repairer is not None and r.phase == "think" and not r.finished:
-            actions += self._repair()
+        false_claim = None
+        if self.watch is not None and r.phase == "think" and not r.finished:
+            made = self._watch()
+            if isinstance(made, FalseClaim):
+                false_claim = made
+            else:
+                actions += made
         while len(r.chain) < seq.num_steps and not r.finished:
             start = r.chain[-1].end if r.chain else seq.num_prompt_tokens
             end = seq.step_ends[len(r.chain)]
@@ -115,6 +122,9 @@ class ReasoningDriver:
                     if decided is not None:  # the step is rolled back before anything else
                         actions.remove(check)
                         return self._apply(actions + decided)
+        if false_claim is not None and false_claim.step == len(r.chain) and not r.finished:
+            # The chain has caught up with the step being written: roll its claim back now.
+            return self._apply(actions + self._early_rollback(false_claim, now_s))
         for key, probe in list(self.probes.items()):
             if probe.is_finished and not r.finished:
                 del self.probes[key]
@@ -238,8 +248,8 @@ class ReasoningDriver:
 
     def _rollback(self, position: int, seed: int | None = None) -> None:
         self.engine.rollback(self.seq.request_id, position, seed=seed)
-        if self.repairer is not None:
-            self.repairer.rolled_back(position)
+        if self.watch is not None:
+            self.watch.rolled_back(position)
 
     def _claim_position(self, start: int, char: int) -> int:
         """The token position where the character `char` of the step starting at token `start`
@@ -250,14 +260,15 @@ class ReasoningDriver:
         found = token_at(self.engine.tokenizer.decode, ids, start, lead + char, raw)
         return start if found is None else found
 
-    def _repair(self) -> list[Action]:
-        """Verify mode `repair`: a wrong value just written, replaced by the right one."""
+    def _watch(self) -> list[Action] | FalseClaim:
+        """A wrong value just written, replaced by the right one (verify mode `repair`); or a
+        false claim closed in the step being written, for `_early_rollback`."""
         r = self.reasoner
         first = r.chain[-1].end if r.chain else self.seq.num_prompt_tokens
-        assert self.repairer is not None
-        made = self.repairer.scan(first, len(r.chain))
-        if made is None:
-            return []
+        assert self.watch is not None
+        made = self.watch.scan(first, len(r.chain))
+        if made is None or isinstance(made, FalseClaim):
+            return made or []
         mark, appended = made
         self.num_appended += appended
         # A finish the engine was holding (the model ended right after the value) is gone
@@ -267,6 +278,20 @@ class ReasoningDriver:
         detail = f"{mark.old} -> {mark.new}: {mark.claim}"
         self._mark("repair", old=mark.old, new=mark.new, at=mark.position)
         return [Note("repair", mark.step, mark.claim, None, detail)]
+
+    def _early_rollback(self, found: FalseClaim, now_s: float) -> list[Action]:
+        """The step being written states a false claim with no unknowns: it is contradicted
+        now, mid-step, and rolled back to the claim's start (the machine's backtrack)."""
+        lead = len(found.text) - len(found.text.lstrip())
+        a, b = found.claim.span
+        claim = replace(found.claim, span=(a - lead, b - lead))
+        verdict = contradicted((claim,))
+        assert verdict is not None
+        self.reasoner.num_fast_verdicts += 1
+        detail = f"{verdict.detail} (decided in decode, mid-step)"
+        end = self.seq.num_tokens
+        text = found.text.strip()
+        return self.reasoner.on_false_claim(found.start, end, text, detail, verdict.claims, now_s)
 
     def _force_answer(self, position: int) -> None:
         """s1's budget forcing, in the model's format: close the thinking if it is open, write

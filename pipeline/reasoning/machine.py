@@ -322,6 +322,22 @@ class Reasoner:
             actions.append(Resume())
         return actions + self._maybe_finish()
 
+    def on_false_claim(
+        self, start: int, end: int, text: str, detail: str, claims: Sequence[Any], now_s: float
+    ) -> list[Action]:
+        """The step being written (tokens [start, end), not yet in the chain) states a false
+        claim: it is backtracked now, as a contradicted step would be, from the claim's start."""
+        if self.finished or self.phase != "think":
+            return []
+        self._attempts += 1
+        key = f"{len(self.chain)}.{self._attempts}"
+        bad = Step(len(self.chain), start, end, text, key, now_s, CONTRADICTED, detail)
+        bad.claims = tuple(claims)
+        self.tally.add_check((c.verdict, c.reason) for c in bad.claims)
+        if self.resample_cap is not None and self.num_backtracks >= self.resample_cap:
+            return []  # resampling capped: the step goes on, and its verdict says the rest
+        return self._backtrack(bad)
+
     def on_tick(self, now_s: float) -> list[Action]:
         """Time passes: verdicts overdue by `verdict_timeout_s` count as unknown, and so do all
         pending ones once the job's deadline needs its answer started (`verdicts_due_s`)."""
@@ -370,7 +386,8 @@ class Reasoner:
             self.escalated.add(i - 1)
             self.retries[i] = 0
             target = i - 1
-        position = self.chain[target].start
+        # The step being written (a false claim rolled back mid-step) is not in the chain yet.
+        position = self.chain[target].start if target < len(self.chain) else bad.start
         del self.chain[target:]
         self.held_finish = None
         seed = reseed(self.seed, self.num_backtracks)

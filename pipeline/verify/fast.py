@@ -10,6 +10,7 @@ Pure logic, torch-free; the cost is one read of the step (`find_claims`, cached 
 from __future__ import annotations
 
 from pipeline.verify.claim_ast import DEFAULT_LIMITS, ClaimLimits
+from pipeline.verify.found_claim import FoundClaim
 from pipeline.verify.repair import false_claims
 from pipeline.verify.verdicts import CONTRADICTED, ClaimVerdict, StepVerdict, _short
 
@@ -19,10 +20,15 @@ def fast_verdict(step: str, limits: ClaimLimits = DEFAULT_LIMITS) -> StepVerdict
     the checker must decide."""
     if len(step) > limits.max_step_chars:
         return None
+    return contradicted(tuple(c for c, _, _ in false_claims(step, limits)))
+
+
+def contradicted(claims: tuple[FoundClaim, ...]) -> StepVerdict | None:
+    """The step's verdict when these false claims (spans into its text) contradict it."""
+    if not claims:
+        return None
     bad = tuple(
         ClaimVerdict(c.text, c.span, CONTRADICTED, "", _short(f"{c.text} is false"), "arithmetic")
-        for c, _, _ in false_claims(step, limits)
+        for c in claims
     )
-    if not bad:
-        return None
     return StepVerdict(CONTRADICTED, "", bad[0].detail, len(bad), bad)

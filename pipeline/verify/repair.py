@@ -108,6 +108,19 @@ def find_repair(
     return None
 
 
+def closed_false_claim(
+    text: str, *, final: bool = False, limits: ClaimLimits = DEFAULT_LIMITS
+) -> FoundClaim | None:
+    """The first claim of `text` with no unknowns that is false and written to its end (its
+    value closed, or `final`): what decode rolls back the moment it is written. Claims come in
+    text order, so a false claim still open is the text's last."""
+    for claim, _, got in false_claims(text, limits):
+        span = _value_span(text, claim.span, got)
+        if final or closed_at(text, claim.span[1] if span is None else span[1]):
+            return claim
+    return None
+
+
 def _literal(expr: Expr) -> bool:
     return isinstance(expr, Num) or (isinstance(expr, Neg) and isinstance(expr.operand, Num))
 

@@ -11,7 +11,7 @@ from pipeline.config import PipelineConfig
 from pipeline.engine import Engine, EngineConfig, Request, SamplingParams
 from pipeline.evals.verified import generate_verified
 from pipeline.models.resolve import resolve_model
-from pipeline.reasoning.repairer import Repairer
+from pipeline.reasoning.claim_watch import ClaimWatch, FalseClaim
 from pipeline.schema import ClaimInfo, JobParams
 
 PROMPT = "Q: Compute (7 + 8) * 3 - 5.\n"
@@ -143,7 +143,7 @@ def test_a_wrong_value_is_replaced_and_the_model_goes_on(engines, model, text, o
     engine = engines(model)
     seq = written(engine, text, f"r-{model}-{old}")
     before = engine.tokenizer.decode(seq.output_token_ids)
-    made = Repairer(engine, seq, 8).scan(seq.num_prompt_tokens, 0)
+    made = ClaimWatch(engine, seq, 8).scan(seq.num_prompt_tokens, 0)
     assert made is not None
     mark, appended = made
     assert (mark.old, mark.new) == (old, new)
@@ -170,9 +170,12 @@ def test_a_repair_that_would_change_text_before_the_value_is_refused(engines, mo
         return real("X" + text, add_special_tokens=add_special_tokens)
 
     monkeypatch.setattr(engine.tokenizer, "encode", shifted)
-    repairer = Repairer(engine, seq, 8)
-    assert repairer.scan(seq.num_prompt_tokens, 0) is None
-    assert repairer.num_refused == 1 and seq.token_ids == ids and seq.num_discarded_tokens == 0
+    watch = ClaimWatch(engine, seq, 8)
+    found = watch.scan(seq.num_prompt_tokens, 0)
+    assert watch.num_refused == 1 and seq.token_ids == ids and seq.num_discarded_tokens == 0
+    # Not repaired: handed back as a false claim, for the rollback to its start instead.
+    assert isinstance(found, FalseClaim) and found.claim.text == "88 * 40 = 3120"
+    assert found.text[found.claim.span[0] :].startswith("88 * 40 = 3120")
     engine.abort(seq.request_id)
 
 
@@ -228,7 +231,7 @@ def test_a_repair_at_a_held_finish_lets_the_sequence_sample_again(tiny):
         tiny, seq, ReasoningConfig(verify="repair", format=tiny.reasoning_format)
     )
     driver.advance(0.0)
-    assert driver.repairer is not None and [(m.old, m.new) for m in driver.repairer.marks] == [
+    assert driver.watch is not None and [(m.old, m.new) for m in driver.watch.marks] == [
         ("30", "32")
     ]
     assert seq.pending_finish is None and tiny.has_schedulable
@@ -257,3 +260,60 @@ def test_a_false_claim_with_no_unknowns_is_contradicted_in_decode_not_sent(tiny)
     assert driver.reasoner.num_fast_verdicts == 1 and driver.reasoner.num_backtracks == 1
     assert "8 * 4 = 30" not in tiny.tokenizer.decode(seq.output_token_ids)  # rolled back
     tiny.abort("fast")
+
+
+# (model, text written so far, the false claim): the step is still being written when its
+# claim's value closes; prose, LaTeX, GSM8K annotations, a markdown list.
+MID_STEP = [
+    ("tiny-reasoner", "\n16 * 3 = 10 * 3 + 6 * 3 = 30 + 18 = 49 so", "30 + 18 = 49"),
+    ("r1-reasoner", "\n\nSo the cost is 88 * 40 = 3120 dollars, and", "88 * 40 = 3120"),
+    ("r1-reasoner", "\n\nWhich means $36 \\times 4 = 132$ and", "36 \\times 4 = 132"),
+    ("smollm2", " She makes <<48/2=25>>25 clips", "48/2=25"),
+    ("smollm2", "\n- Next, 64 * 4 = 248, so", "64 * 4 = 248"),
+]
+
+
+@pytest.mark.parametrize(("model", "text", "claim"), MID_STEP)
+def test_a_false_claim_is_rolled_back_mid_step_to_its_start(engines, model, text, claim):
+    """Async (no repair), fast verdicts on: the moment a false claim's value is closed, the step
+    being written is rolled back to the claim's start: no check sent, the text before the claim
+    kept token for token, a backtrack note naming the claim."""
+    from pipeline.reasoning.driver import ReasoningDriver
+    from pipeline.reasoning.types import Check, Note, ReasoningConfig
+
+    engine = engines(model)
+    rid = f"mid-{model}-{claim}"
+    seq = written(engine, text, rid)
+    output = engine.tokenizer.decode(seq.output_token_ids)
+    driver = ReasoningDriver(engine, seq, ReasoningConfig(format=engine.reasoning_format))
+    ids = list(seq.token_ids[: seq.num_tokens])
+    steps_before = len(driver.reasoner.chain)
+    outs = driver.advance(0.0)
+    backtracks = [o for o in outs if isinstance(o, Note) and o.kind == "backtrack"]
+    assert backtracks, f"no rollback for {claim!r}: {outs}"
+    assert claim in backtracks[-1].text and "mid-step" in backtracks[-1].detail
+    checks = [o.text for o in outs if isinstance(o, Check)]
+    assert not any(claim in c for c in checks)  # decided here, never sent
+    kept = engine.tokenizer.decode(seq.token_ids[seq.num_prompt_tokens : seq.num_tokens])
+    # Cut at the claim's start (a token that spans into it may start a little before it), and
+    # no further: what was kept is a token prefix of what was written.
+    at = output.index(claim)
+    assert output.startswith(kept) and at - 4 <= len(kept) <= at
+    assert seq.token_ids[: seq.num_tokens] == ids[: seq.num_tokens]
+    assert driver.reasoner.num_fast_verdicts == 1
+    assert len(driver.reasoner.chain) >= steps_before
+    engine.abort(rid)
+
+
+def test_an_open_value_is_not_judged_before_it_is_closed(tiny):
+    """`8 * 4 = 3` may still become `8 * 4 = 32`: nothing is rolled back until it closes."""
+    from pipeline.reasoning.driver import ReasoningDriver
+    from pipeline.reasoning.types import Note, ReasoningConfig
+
+    seq = written(tiny, "\n8 * 4 = 3", "open")
+    driver = ReasoningDriver(tiny, seq, ReasoningConfig(format=tiny.reasoning_format))
+    n = seq.num_tokens
+    outs = driver.advance(0.0)
+    assert not [o for o in outs if isinstance(o, Note) and o.kind == "backtrack"]
+    assert seq.num_tokens == n and driver.reasoner.num_fast_verdicts == 0
+    tiny.abort("open")

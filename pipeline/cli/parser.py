@@ -359,9 +359,24 @@ def build_parser() -> argparse.ArgumentParser:
         "demo",
         help="send held-out problems through the pipeline and print a summary",
         description="Send held-out problems through the pipeline (started locally unless "
-        "STEPWISE_KAFKA is set), stream one job's steps, print accuracy, latency and tokens.",
+        "STEPWISE_KAFKA is set), stream one job's steps, print accuracy, latency and tokens; "
+        "then send the same problems with verification off and print what the verify mode "
+        "gained (accuracy) and cost (problems/s).",
     )
     d.add_argument("--n", type=int, default=24, help="number of problems")
+    d.add_argument(
+        "--verify",
+        choices=schema.VERIFY_MODES,
+        default=None,
+        help="the jobs' verify mode (default repair: wrong arithmetic repaired as it is "
+        "written; docs/verification.md)",
+    )
+    d.add_argument(
+        "--no-compare",
+        dest="compare",
+        action="store_false",
+        help="skip the second run with verification off (half the demo's time)",
+    )
     d.add_argument("--seed", type=int, default=7)
     d.add_argument(
         "--model",

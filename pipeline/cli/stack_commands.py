@@ -91,4 +91,5 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    return demo.main(args.n, args.seed, args.model, args.reasoning_format)
+    verify = args.verify or demo.DEFAULT_VERIFY
+    return demo.main(args.n, args.seed, args.model, args.reasoning_format, verify, args.compare)

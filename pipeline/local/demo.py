@@ -46,20 +46,25 @@ def problem_job(p, job_id: str, params: schema.JobParams, instruction: str | Non
     return schema.Job(id=job_id, premises=list(p.premises), params=params, **text)
 
 
-def demo_jobs(problems, seed: int, instruction: str | None) -> list[schema.Job]:
+# Verify mode repair: a wrong arithmetic value is replaced as it is written (issue 35: on the
+# R1-style reasoner more accurate than async at a fraction of its discards).
+DEFAULT_VERIFY = "repair"
+
+
+def demo_jobs(
+    problems, seed: int, instruction: str | None, verify: str = DEFAULT_VERIFY
+) -> list[schema.Job]:
     """The demo's jobs: the first streams tokens (it is shown live, an interactive job), the
     rest steps. They are sent at once, a batch's load: the batch class (its SLO is minutes,
     docs/budget.md), so the budget controller does not cut or refuse a burst it can serve."""
     tag = uuid.uuid4().hex[:6]
     jobs = []
     for i, p in enumerate(problems):
-        # Verify mode repair: a wrong arithmetic value is replaced as it is written (issue 35:
-        # on the R1-style reasoner more accurate than async at a fraction of its discards).
         params = schema.JobParams(
-            temperature=0.7, seed=seed + i, max_tokens=768, verify="repair",
+            temperature=0.7, seed=seed + i, max_tokens=768, verify=verify,
             stream="tokens" if i == 0 else "steps",
         )  # fmt: skip
-        job = problem_job(p, f"demo-{tag}-{i}", params, instruction)
+        job = problem_job(p, f"demo-{tag}-{verify}-{i}", params, instruction)
         job.slo = schema.SLO(class_="interactive" if i == 0 else "batch")
         jobs.append(job)
     return jobs
@@ -81,29 +86,70 @@ async def stream_one(client: StepwiseClient, job: schema.Job, title: str) -> sch
     return result
 
 
+async def run_batch(
+    client: StepwiseClient, jobs: list[schema.Job], desc: str
+) -> tuple[dict[str, schema.Result], float]:
+    """Send `jobs` at once and wait for all their Results (a progress bar on stderr); returns
+    them by id, with the wall time from the first send to the last Result."""
+    results: dict[str, schema.Result] = {}
+    t0 = time.perf_counter()
+    await client.submit_many(jobs)
+    with tqdm(total=len(jobs), desc=desc, unit="job", file=sys.stderr) as bar:
+        async for msg in client.follow({j.id for j in jobs}, timeout_s=600):
+            if isinstance(msg, schema.Result):
+                results[msg.id] = msg
+                bar.update(1)
+    return results, time.perf_counter() - t0
+
+
+def batch_row(mode: str, results: dict[str, schema.Result], golds: dict[str, str],
+              wall: float) -> dict:  # fmt: skip
+    """One mode's line of the comparison: accuracy over the jobs sent, problems/s, tokens."""
+    ok = [r for r in results.values() if r.status == "ok"]
+    correct = sum(answers_match(r.answer, golds[r.id]) for r in ok)
+    return {
+        "mode": mode,
+        "jobs": len(golds),
+        "accuracy": correct / len(golds) if golds else 0.0,
+        "problems_per_s": len(ok) / wall if wall > 0 else 0.0,
+        "mean_completion_tokens": statistics.fmean(r.usage.completion_tokens for r in ok)
+        if ok
+        else 0.0,
+        "wasted_tokens": sum(r.usage.wasted_tokens for r in ok),
+        "repairs": sum(r.usage.repairs for r in ok),
+        "backtracks": sum(r.usage.backtracks for r in ok),
+    }
+
+
 async def run_demo(
     kafka: str, prefix: str, n: int, seed: int, tasks: str = "indist",
-    instruction: str | None = None,
+    instruction: str | None = None, verify: str = DEFAULT_VERIFY, compare: bool = True,
 ) -> dict:  # fmt: skip
-
+    """The demo's run: one job streamed live, the rest as a burst; with `compare` (and a mode
+    other than off), the same burst again with verification off, for what the mode gains."""
     problems = load_problems(tasks, n, seed)
-    made = demo_jobs(problems, seed, instruction)
+    made = demo_jobs(problems, seed, instruction, verify)
     jobs = {job.id: (p, job) for p, job in zip(problems, made, strict=True)}
     results: dict[str, schema.Result] = {}
     (first_id, (first_p, first_job)), rest = next(iter(jobs.items())), list(jobs)[1:]
+    comparison: list[dict] = []
     t0 = time.perf_counter()
     async with StepwiseClient(kafka, prefix) as client:
         title = f"{first_p.question}  (gold: {first_p.answer})"
         got = await stream_one(client, first_job, title)
         if got is not None:
             results[first_id] = got
-        await client.submit_many([jobs[j][1] for j in rest])
-        with tqdm(total=len(rest), desc="jobs", unit="job", file=sys.stderr) as bar:
-            async for msg in client.follow(set(rest), timeout_s=600):
-                if isinstance(msg, schema.Result):
-                    results[msg.id] = msg
-                    bar.update(1)
-    wall = time.perf_counter() - t0
+        burst, burst_wall = await run_batch(client, [jobs[j][1] for j in rest], f"jobs ({verify})")
+        results.update(burst)
+        wall = time.perf_counter() - t0
+        if compare and verify != "off" and rest:
+            golds = {j: jobs[j][0].answer for j in rest}
+            comparison.append(batch_row(verify, burst, golds, burst_wall))
+            # The same problems and seeds, verification off: what the mode costs and gains.
+            off = demo_jobs(problems, seed, instruction, "off")[1:]
+            off_golds = {o.id: p.answer for o, p in zip(off, problems[1:], strict=True)}
+            got_off, off_wall = await run_batch(client, off, "jobs (off, for comparison)")
+            comparison.insert(0, batch_row("off", got_off, off_golds, off_wall))
     ok = [r for r in results.values() if r.status == "ok"]
     correct = sum(answers_match(r.answer, jobs[r.id][0].answer) for r in ok)
     e2e = [float(r.timings.e2e_ms) for r in ok if r.timings.e2e_ms is not None]
@@ -112,6 +158,7 @@ async def run_demo(
     claims = Counter(c.verdict for r in ok for s in r.steps for c in s.claims)
     per_job = [job_row(results[j], jobs[j][0].answer) for j in jobs if j in results]
     return {
+        "verify": verify,
         "jobs": len(jobs),
         "ok": len(ok),
         "accuracy": correct / len(jobs) if jobs else 0.0,
@@ -129,7 +176,31 @@ async def run_demo(
         "verdicts": dict(verdicts),
         "claims": dict(claims),
         "per_job": per_job,
+        "comparison": comparison,
     }
+
+
+def comparison_table(rows: list[dict]) -> list[str]:
+    """Verification off against the demo's mode on the same burst: accuracy, problems/s,
+    tokens, and the gain in one line."""
+    if len(rows) < 2:
+        return []
+    lines = [f"{'mode':<8}{'accuracy':>9}{'problems/s':>12}{'tokens':>8}{'discarded':>10}"
+             f"{'repairs':>8}{'backtracks':>11}"]  # fmt: skip
+    for r in rows:
+        lines.append(
+            f"{r['mode']:<8}{r['accuracy']:>9.1%}{r['problems_per_s']:>12.2f}"
+            f"{r['mean_completion_tokens']:>8.1f}{r['wasted_tokens']:>10}{r['repairs']:>8}"
+            f"{r['backtracks']:>11}"
+        )
+    off, mode = rows[0], rows[-1]
+    speed = mode["problems_per_s"] / off["problems_per_s"] if off["problems_per_s"] else 0.0
+    gain = 100 * (mode["accuracy"] - off["accuracy"])
+    lines.append(
+        f"{mode['mode']} against off on these {mode['jobs']} problems: accuracy {gain:+.1f} "
+        f"points, {speed:.2f}x the problems/s (one run: a single sitting's figures)"
+    )
+    return lines
 
 
 def job_row(r: schema.Result, gold: str) -> dict:
@@ -199,9 +270,17 @@ def print_report(r: dict) -> None:
         print()
         for line in job_table(r["per_job"]):
             print(line)
+    if lines := comparison_table(r.get("comparison") or []):
+        print()
+        print("what verification gains (the burst again with verification off):")
+        for line in lines:
+            print(line)
 
 
-def main(n: int, seed: int, model: str, reasoning_format: str | None = None) -> int:
+def main(
+    n: int, seed: int, model: str, reasoning_format: str | None = None,
+    verify: str = DEFAULT_VERIFY, compare: bool = True,
+) -> int:  # fmt: skip
 
     current = settings.current()
     config = PipelineConfig.from_settings(current, model=model)
@@ -212,7 +291,7 @@ def main(n: int, seed: int, model: str, reasoning_format: str | None = None) -> 
     instruction = answer_instruction(fmt)
     tasks = "indist" if instruction is None else "broad"
     if kafka:  # a running pipeline (`stepwise up` elsewhere, or compose)
-        report = asyncio.run(run_demo(kafka, prefix, n, seed, tasks, instruction))
+        report = asyncio.run(run_demo(kafka, prefix, n, seed, tasks, instruction, verify, compare))
     else:
         print("starting a local pipeline (embedded broker + Redis + workers) ...", file=sys.stderr)
         log_dir = tempfile.mkdtemp(prefix="stepwise-demo-")
@@ -223,6 +302,8 @@ def main(n: int, seed: int, model: str, reasoning_format: str | None = None) -> 
             for line in stack.describe():
                 print("  " + line, file=sys.stderr)
             bootstrap = stack.services.bootstrap_servers
-            report = asyncio.run(run_demo(bootstrap, prefix, n, seed, tasks, instruction))
+            report = asyncio.run(
+                run_demo(bootstrap, prefix, n, seed, tasks, instruction, verify, compare)
+            )
     print_report(report)
     return 0 if report["ok"] == report["jobs"] else 1

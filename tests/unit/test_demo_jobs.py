@@ -52,3 +52,34 @@ def test_the_summary_shows_each_jobs_contradicted_claims_and_backtracks():
     head, line = job_table([row])
     assert "contr." in head and "backtr." in head and "no claim" in head
     assert line.split()[:9] == ["demo-abc-0", "28", "✓", "2", "1", "1", "2", "0", "2"]
+
+
+def test_the_comparison_shows_what_the_mode_gains_over_verification_off():
+    from pipeline.local.demo import batch_row, comparison_table
+
+    def result(i: int, answer: str, wasted: int = 0, repairs: int = 0) -> schema.Result:
+        usage = schema.Usage(completion_tokens=100 + wasted, wasted_tokens=wasted, repairs=repairs)
+        return schema.Result(id=f"j{i}", status="ok", ts_ms=0, answer=answer, usage=usage)
+
+    golds = {"j0": "28", "j1": "12", "j2": "5", "j3": "9"}
+    off = {f"j{i}": result(i, a) for i, a in enumerate(["28", "11", "5", "8"])}
+    repair = {f"j{i}": result(i, a, 10, 1) for i, a in enumerate(["28", "12", "5", "8"])}
+    rows = [batch_row("off", off, golds, 2.0), batch_row("repair", repair, golds, 4.0)]
+    assert rows[0]["accuracy"] == 0.5 and rows[1]["accuracy"] == 0.75
+    assert rows[0]["problems_per_s"] == 2.0 and rows[1]["problems_per_s"] == 1.0
+    assert rows[1]["wasted_tokens"] == 40 and rows[1]["repairs"] == 4
+    lines = comparison_table(rows)
+    assert lines[1].split()[:3] == ["off", "50.0%", "2.00"]
+    assert lines[2].split()[:3] == ["repair", "75.0%", "1.00"]
+    assert "accuracy +25.0 points, 0.50x the problems/s" in lines[-1]
+    assert comparison_table(rows[:1]) == []  # nothing to compare: no table
+
+
+def test_the_demos_verify_mode_is_its_jobs_mode():
+    problems = load_problems("broad", 3, 7)
+    jobs = demo_jobs(problems, 7, BOXED_INSTRUCTION, verify="off")
+    assert {j.params.verify for j in jobs} == {"off"}
+    again = demo_jobs(problems, 7, BOXED_INSTRUCTION)
+    # The comparison's jobs: the same problems and seeds, other ids.
+    assert [j.params.seed for j in jobs] == [j.params.seed for j in again]
+    assert not {j.id for j in jobs} & {j.id for j in again}

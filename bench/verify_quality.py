@@ -49,9 +49,11 @@ def run_mode(mode, problems, prompts, args, verifier) -> dict:
 
     engine = make_engine(args)
     fmt = engine.reasoning_format
-    # `async-step`: async as it was before claims became the unit of rollback (a contradiction
-    # rolls back its whole step), the baseline of claim-level rollback.
+    # `async-step`: async as it was before claims became the unit of rollback (issue 35): a
+    # contradiction rolls back its whole step, and every verdict comes from the checker at the
+    # step's end (no fast verdicts, no mid-step rollback). The baseline of the claim-level one.
     verify, _, unit = mode.partition("-")
+    before = {"rollback": "step", "fast_verdicts": False} if unit == "step" else None
     params = [
         JobParams(temperature=args.temperature, max_tokens=args.max_tokens, seed=s, verify=verify)
         for s in range(args.seed * 1_000_003, args.seed * 1_000_003 + len(prompts))
@@ -63,7 +65,7 @@ def run_mode(mode, problems, prompts, args, verifier) -> dict:
         engine, prompts, [p.premises for p in problems], params,
         verifier if mode != "off" else None, stats=stats,
         questions=[p.question for p in problems], pipeline=pipeline,
-        reasoning={"rollback": unit} if unit else None,
+        reasoning=before,
     )  # fmt: skip
     wall = time.perf_counter() - t0
     engine.close()

@@ -1,15 +1,16 @@
 """Claims read the moment they are written: wrong arithmetic repaired in place, or rolled back.
 
 After every engine step the driver asks `ClaimWatch.scan` to read the sequence's unreported
-text (its completed steps not yet reported, and the step being written). When the value after
-the text's last `=` has just been closed (pipeline/verify/repair.py), the text is read for a
-claim with no unknowns whose value its left side refutes. Then:
+text (its completed steps not yet reported, and the step being written). When the expression
+after the text's last `=` has just been closed (pipeline/verify/repair.py), the text is read
+for a claim with no unknowns whose value its left side refutes. Then:
 
-* verify mode `repair`: the sequence is rolled back to that value's first token, the right
-  value's tokens are put in, and sampling goes on after them. Only the wrong value and what was
-  sampled after it (usually a token or two) are discarded. A repair that would change any
-  character before the value (a re-tokenization that does not give back the same text) is
-  refused: the value stays, and is rolled back as below.
+* verify mode `repair`: the sequence is rolled back to the wrong value's first token (the
+  value after the `=`, or the one slipped number of an expression there: `27 * 5 * 10 = 145 *
+  10`), the right value's tokens are put in, and sampling goes on after them. Only the wrong
+  value and what was sampled after it (usually a token or two) are discarded. A repair that
+  would change any character before the value (a re-tokenization that does not give back the
+  same text) is refused: the value stays, and is rolled back as below.
 * otherwise (and for a value no repair can write: `7 / 3 = 2`): a false claim in the step being
   written is handed back (`FalseClaim`) and the driver rolls the sequence back to the claim's
   start right away, mid-step, before the rest of the step and the tokens a verdict's round trip
@@ -105,18 +106,24 @@ class ClaimWatch:
         return self.repair and len(self.marks) < self.max_repairs
 
     def _worth_reading(self, start: int, text: str, final: bool) -> bool:
-        """A value after the last `=` that was just closed (or a step just completed), not
-        read before."""
+        """An expression after the text's last `=` that was just closed (its last number
+        followed by something that cannot continue it, or by another `=`), or a step just
+        completed; each read once."""
         eq = text.rfind("=")
         if eq < 0:
             return False
-        key = (start, eq, final)
+        if final:
+            at = -1
+        elif (tail := text.rstrip()).endswith("="):  # `= 145 * 10 =`: the one before closed
+            at = len(tail)
+        else:
+            last = max(_VALUE.finditer(text, eq + 1), key=lambda m: m.end(), default=None)
+            if last is None or not closed_at(text, last.end()):
+                return False
+            at = last.end()
+        key = (start, at, final)
         if key in self._judged:
             return False
-        if not final:
-            value = _VALUE.search(text, eq + 1)
-            if value is None or not closed_at(text, value.end()):
-                return False
         self._judged.add(key)
         return True
 

@@ -15,10 +15,11 @@ Verify modes (docs/verification.md):
 A finish (EOS, length) is held by the engine (`pause_on_finish`) until every verdict is in, so
 a late contradiction of the last step can still be undone.
 
-Backtracking: a contradicted step is resampled from its start with a new seed, up to
-`max_retries` times; then the step before it is dropped too (once per step); then, or after
-`max_backtracks` in all, the job gives up: rolled back to the failing step, its answer forced
-from the chain before it, finished honestly as `unverified`. Under load the controller caps
+Backtracking: a contradicted step is resampled (from its contradicted claim, or its start)
+with a new seed, up to `max_retries` times, or until it states a claim already refuted again;
+then the step before it is dropped too (once per step); then, or after `max_backtracks` in
+all, the job gives up: rolled back to the failing step, its answer forced from the chain
+before it, finished honestly as `unverified`. Under load the controller caps
 the backtracks (`resample_cap`): past the cap a contradicted step is kept, checked and
 reported. A verdict later than `verdict_timeout_s` (or than its deadline allows) counts as
 `unknown`, so a lost task never stalls a job.
@@ -70,6 +71,7 @@ class Reasoner:
     chain: list[Step] = field(default_factory=list)
     retries: dict[int, int] = field(default_factory=dict)  # step index -> resamples so far
     escalated: set[int] = field(default_factory=set)  # steps already dropped for their successor
+    refuted: dict[int, set[str]] = field(default_factory=dict)  # step index -> claims refuted
     num_backtracks: int = 0
     num_checks: int = 0
     held_finish: str | None = None  # the engine is holding this finish until verdicts are in
@@ -380,11 +382,20 @@ class Reasoner:
         if self.num_backtracks > self.config.max_backtracks:
             return self._give_up(bad, f"{self.config.max_backtracks} backtracks spent")
         target = i
-        if self.retries[i] > self.config.max_retries:
-            if i == 0 or (i - 1) in self.escalated:
+        # The same claim refuted again after a resample (`The answer is \boxed{15}`, written
+        # each time) was decided by the steps before it: the step before is dropped now rather
+        # than after every retry is spent on the same text.
+        refuted = self.refuted.setdefault(i, set())
+        again = _refuted_claim(bad) in refuted
+        refuted.add(_refuted_claim(bad))
+        can_escalate = i > 0 and (i - 1) not in self.escalated
+        if self.retries[i] > self.config.max_retries or (again and can_escalate):
+            if not can_escalate:
                 return self._give_up(bad, f"step {i} failed {self.retries[i]} times")
             self.escalated.add(i - 1)
             self.retries[i] = 0
+            for k in [k for k in self.refuted if k >= i - 1]:
+                del self.refuted[k]
             target = i - 1
         # The step being written (a false claim rolled back mid-step) is not in the chain yet.
         position = self.chain[target].start if target < len(self.chain) else bad.start
@@ -428,6 +439,12 @@ class Reasoner:
 # claim would guess values (the tiny reasoner rewrote `Answer: 26`'s 26 until it gave up), so
 # those roll the whole step back, as before claims were the unit.
 CLAIM_ROLLBACK_KINDS = ("arithmetic", "identity")
+
+
+def _refuted_claim(step: Step) -> str:
+    """What a contradiction refuted: its first contradicted claim's text, else the step's."""
+    bad = [c for c in step.claims if getattr(c, "verdict", None) == CONTRADICTED]
+    return min(bad, key=lambda c: c.span[0]).text if bad else step.text
 
 
 def _first_contradicted(step: Step) -> int | None:

@@ -21,11 +21,13 @@ from fractions import Fraction
 from pipeline.verify.as_meant import as_meant
 from pipeline.verify.claim_ast import (
     DEFAULT_LIMITS,
+    BinOp,
     ClaimError,
     ClaimLimits,
     Expr,
     Neg,
     Num,
+    Pow,
     evaluate,
     expr_variables,
     holds,
@@ -36,11 +38,17 @@ from pipeline.verify.verdicts import number_text
 # A number as written: optional sign, digits with thousands commas, decimals.
 _LITERAL = re.compile(r"[-−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-−]?\.\d+")
 # What may follow a value and still continue its expression: spaces then an operator, a digit,
-# a parenthesis, `%`, or a LaTeX operator. Anything else after it closes the value.
-_CONTINUES = re.compile(r"[ \t]*(?:[-+*/×÷^(%\d−]|\\(?:times|cdot|div|frac|left|,)|\.\d)")
+# a parenthesis, `%`, a LaTeX operator or an operator's word. Anything else closes the value.
+_OPERATOR_WORDS = ("times", "plus", "minus", "divided by", "multiplied by", "over", "x")
+_CONTINUES = re.compile(
+    r"[ \t]*(?:[-+*/×÷^(%\d−]|\\(?:times|cdot|div|frac|left|,)|\.\d"
+    r"|(?:times|plus|minus|divided\s+by|multiplied\s+by|over|x)\b)"
+)
 # A value is only known closed once something other than spaces follows it; a `.` only with
-# a space, a line end or markup after it (`3.` may still become `3.5`).
-_OPEN_END = re.compile(r"[ \t]*\.?$")
+# a space, a line end or markup after it (`3.` may still become `3.5`); a LaTeX command or a
+# word still being written only once it is no operator's (`= 33 \` may become `= 33 \times`,
+# `= 33 ti` `= 33 times`: the value goes on).
+_OPEN_END = re.compile(r"[ \t]*(?:\.|\\[A-Za-z]*)?$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +65,9 @@ def closed_at(text: str, end: int) -> bool:
     """Has the value ending at `end` been closed by what follows it (so it cannot grow)?"""
     rest = text[end:]
     if _OPEN_END.fullmatch(rest):
+        return False
+    word = rest.lstrip(" \t")
+    if word and any(w.startswith(word) for w in _OPERATOR_WORDS):
         return False
     return _CONTINUES.match(rest) is None
 
@@ -95,7 +106,12 @@ def find_repair(
     for claim, want, got in false_claims(text, limits):
         rel = claim.relation
         assert rel is not None
-        if rel.op != "=" or not _literal(rel.rhs):
+        if rel.op == "=" and not _literal(rel.rhs):
+            # A chain's wrong link: `27 * 5 * 10 = 145 * 10` (27 * 5 is 135, not 145).
+            if (found := _rhs_repair(text, claim, want, final, limits)) is not None:
+                return found
+            continue
+        if rel.op != "=":
             continue
         span = _value_span(text, claim.span, got)
         if span is None or not (final or closed_at(text, span[1])):
@@ -119,6 +135,129 @@ def closed_false_claim(
         if final or closed_at(text, claim.span[1] if span is None else span[1]):
             return claim
     return None
+
+
+def _rhs_repair(
+    text: str, claim: FoundClaim, want: Fraction, final: bool, limits: ClaimLimits
+) -> Repair | None:
+    """A right side that is an expression (`145 * 10`) and one of its numbers the only one
+    whose change makes the claim hold, written like it (an integer for an integer): that
+    number repaired (`145` -> `135`). None when no number, or more than one, would do, or
+    when the numbers as written are not the expression's (units, words, a percent)."""
+    rel = claim.relation
+    assert rel is not None
+    a, b = claim.span
+    eq = text.rfind("=", a, b)
+    if eq < 0:
+        return None
+    stop = b
+    while stop < len(text) and text[stop].isdigit():  # a span may stop before the last digit
+        stop += 1
+    written = list(_LITERAL.finditer(text, eq + 1, stop))
+    nums = list(_numbers(rel.rhs))
+    if len(written) != len(nums) or not written:
+        return None
+    for m, num in zip(written, nums, strict=True):
+        raw = m.group().replace(",", "")
+        if raw.startswith(("-", "−")) or Fraction(raw) != num:
+            return None
+    aligned = _mismatched_term(rel.lhs, rel.rhs, limits)
+    candidates = []
+    for i, m in enumerate(written):
+        value = _solve_for(rel.rhs, i, want, limits)
+        old = m.group()
+        if value is None or value == nums[i] or value <= 0:
+            continue
+        if "." not in old and value.denominator != 1:
+            continue
+        new = _written_like(value, old)
+        # A slip, not a rewrite: the one term unlike its left-side counterpart (when the sides
+        # line up term by term), else one digit of a number of two or more.
+        slip = i == aligned if aligned is not None else _one_digit_apart(old, new or "")
+        if new is not None and slip:
+            candidates.append((m.span(), old, new))
+    if len(candidates) != 1:
+        return None
+    span, old, new = candidates[0]
+    # Closed: the number and what follows it in the claim can no longer change.
+    if not (final or closed_at(text, written[-1].end())):
+        return None
+    return Repair(span, old, new, text[a:b])
+
+
+def _terms(expr: Expr) -> list[Expr]:
+    """The top-level terms of a sum or difference (`a * b + c - d` -> [a * b, c, d])."""
+    if isinstance(expr, BinOp) and expr.op in "+-":
+        return [*_terms(expr.left), expr.right]
+    return [expr]
+
+
+def _mismatched_term(lhs: Expr, rhs: Expr, limits: ClaimLimits) -> int | None:
+    """`12 * 10 + 12 * 5 = 120 + 70`: the index of the one right-side number (each term a number)
+    that is not its left-side term's value; None when the sides do not line up so."""
+    left, right = _terms(lhs), _terms(rhs)
+    if len(left) != len(right) or len(left) < 2 or not all(isinstance(t, Num) for t in right):
+        return None
+    try:
+        values = [evaluate(t, limits) for t in left]
+    except (ClaimError, ZeroDivisionError):
+        return None
+    off = [i for i, (v, t) in enumerate(zip(values, right, strict=True)) if v != t.value]
+    return off[0] if len(off) == 1 else None
+
+
+def _one_digit_apart(old: str, new: str) -> bool:
+    if len(old) != len(new) or sum(c.isdigit() for c in old) < 2:
+        return False
+    return sum(a != b for a, b in zip(old, new, strict=True)) == 1
+
+
+def _numbers(expr: Expr) -> Iterator[Fraction]:
+    """The expression's number literals, left to right as written."""
+    if isinstance(expr, Num):
+        yield expr.value
+    elif isinstance(expr, Neg):
+        yield from _numbers(expr.operand)
+    elif isinstance(expr, BinOp):
+        yield from _numbers(expr.left)
+        yield from _numbers(expr.right)
+    elif isinstance(expr, Pow):
+        yield from _numbers(expr.base)
+        yield from _numbers(expr.exponent)
+
+
+def _with_number(expr: Expr, index: int, value: Fraction) -> tuple[Expr, int]:
+    """`expr` with its `index`-th number literal replaced by `value`; (new expr, literals seen)."""
+    if isinstance(expr, Num):
+        return (Num(value) if index == 0 else expr), 1
+    if isinstance(expr, Neg):
+        inner, n = _with_number(expr.operand, index, value)
+        return Neg(inner), n
+    if isinstance(expr, BinOp | Pow):
+        left_expr, right_expr = (
+            (expr.left, expr.right) if isinstance(expr, BinOp) else (expr.base, expr.exponent)
+        )
+        left, n = _with_number(left_expr, index, value)
+        right, m = _with_number(right_expr, index - n, value)
+        if isinstance(expr, BinOp):
+            return BinOp(expr.op, left, right), n + m
+        return Pow(left, right), n + m
+    return expr, 0
+
+
+def _solve_for(expr: Expr, index: int, want: Fraction, limits: ClaimLimits) -> Fraction | None:
+    """The value of the `index`-th literal that makes `expr` equal `want`, when `expr` is
+    linear in it (checked at three points); None otherwise."""
+    try:
+        f = [evaluate(_with_number(expr, index, Fraction(v))[0], limits) for v in (0, 1, 2)]
+    except (ClaimError, ZeroDivisionError):
+        return None
+    if any(v is None for v in f):
+        return None
+    b0, slope = f[0], f[1] - f[0]
+    if slope == 0 or f[2] != b0 + 2 * slope:
+        return None
+    return (want - b0) / slope
 
 
 def _literal(expr: Expr) -> bool:

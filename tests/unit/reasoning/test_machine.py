@@ -89,18 +89,18 @@ def test_stale_verdicts_for_rolled_back_attempts_are_ignored():
 def test_retries_then_drop_the_previous_step_then_give_up():
     r = machine(max_retries=2)
     add_step(r, 10, "x = 3")
-    for _ in range(2):
-        _, k = add_step(r, 15, "y = 1")
+    for n in range(2):  # each attempt wrong in its own way (a repeat: test below)
+        _, k = add_step(r, 15, f"y = {n}")
         assert only(r.on_verdict(k, "contradicted", "", 0.0), Rollback)[0].position == 15
-    _, k = add_step(r, 15, "y = 1")
+    _, k = add_step(r, 15, "y = 7")
     acts = r.on_verdict(k, "contradicted", "", 0.0)  # third failure: step 0 goes too
     assert only(acts, Rollback)[0].position == 10 and r.chain == []
     assert only(acts, Note, "backtrack")[0].step == 0
     add_step(r, 10, "x = 3")
-    for _ in range(2):
-        _, k = add_step(r, 15, "y = 1")
+    for n in range(2):
+        _, k = add_step(r, 15, f"y = {n}")
         r.on_verdict(k, "contradicted", "", 0.0)
-    _, k = add_step(r, 15, "y = 1")
+    _, k = add_step(r, 15, "y = 7")
     acts = r.on_verdict(k, "contradicted", "", 0.0)  # step 0 was dropped once already
     # Giving up: the bad step is cut, and once step 0's verdict is in, the answer is forced
     # after the chain that held.
@@ -113,6 +113,30 @@ def test_retries_then_drop_the_previous_step_then_give_up():
     acts = r.on_step(15, 20, "Answer: 3", 0.0)
     assert only(acts, Finish) == [Finish("unverified")] and r.stop_reason == "unverified"
     assert not [a for a in acts if isinstance(a, Check)]
+
+
+def test_the_same_claim_refuted_again_drops_the_step_before_at_once():
+    """A resample that states the refuted claim again was decided by the steps before it:
+    the previous step goes now, not after every retry is spent on the same text."""
+    from pipeline.verify.verdicts import ClaimVerdict
+
+    wrong = (ClaimVerdict("A = 15", (14, 16), "contradicted", "", "refuted", "solution"),)
+
+    r = machine(max_retries=8)
+    add_step(r, 10, "x = 3")
+    _, k = add_step(r, 15, "The answer is 15.")
+    acts = r.on_verdict(k, "contradicted", "refuted", 0.0, wrong)
+    assert only(acts, Rollback)[0].position == 15  # first time: the step is resampled
+    _, k = add_step(r, 15, "So the answer is 15.")
+    acts = r.on_verdict(k, "contradicted", "refuted", 0.0, wrong)
+    assert only(acts, Rollback)[0].position == 10 and r.chain == []  # again: step 0 goes too
+    assert only(acts, Note, "backtrack")[0].step == 0
+    # The first step has none before it: its repeats are resampled up to max_retries.
+    r = machine(max_retries=8)
+    for _ in range(3):
+        _, k = add_step(r, 10, "1 = 2")
+        acts = r.on_verdict(k, "contradicted", "", 0.0)
+        assert only(acts, Rollback)[0].position == 10 and not r.gave_up
 
 
 def test_the_first_step_gives_up_after_its_retries():

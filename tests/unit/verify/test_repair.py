@@ -62,6 +62,11 @@ def test_what_is_not_repaired(text):
         ("Now 88 * 40 = 3120 ", False),  # an operator may come
         ("Now 88 * 40 = 3120 +", False),
         ("Now 88 * 40 = 3120 \\times", False),
+        ("Now 88 * 40 = 3120 \\", False),  # a LaTeX command still being written
+        ("Now 88 * 40 = 3120 \\ti", False),
+        ("Now 88 * 40 = 3120 ti", False),  # `times`, still being written
+        ("Now 88 * 40 = 3120 minu", False),
+        ("Now 88 * 40 = 3120 minutes", True),
         ("Now 88 * 40 = 3120.", False),  # `3120.5`?
         ("Now 88 * 40 = 3120. ", True),
         ("Now 88 * 40 = 3120 apples", True),
@@ -75,5 +80,41 @@ def test_a_value_counts_only_once_closed(text, closed):
     end = text.index("3120") + 4
     assert closed_at(text, end) is closed
     assert (find_repair(text) is not None) is closed
-    if not text.rstrip().endswith(("+", "\\times")):  # a dangling operator: no claim at all
+    if not text.rstrip().endswith(("+", "\\times", "\\ti", "\\")):  # a dangling operator
         assert find_repair(text, final=True) is not None  # a finished step is closed
+
+
+@pytest.mark.parametrize(
+    ("text", "old", "new"),
+    [
+        # A chain's wrong link: the right side's one number whose change makes the claim hold.
+        ("27 * 50 = 27 * 5 * 10 = 145 * 10 = 1450.", "145", "135"),
+        ("$27 \\times 5 \\times 10 = 145 \\times 10$ so", "145", "135"),
+        # Distributed terms: the one right-side term unlike its left-side counterpart.
+        ("12 * 15 = 12 * 10 + 12 * 5 = 120 + 70 = 190, so", "70", "60"),
+        ("So 36 * 4 = 30 * 4 + 6 * 4 = 120 + 25 = 145 and", "25", "24"),
+    ],
+)
+def test_a_wrong_number_inside_a_right_side_expression_is_repaired(text, old, new):
+    r = find_repair(text)
+    assert r is not None and (r.old, r.new) == (old, new)
+    assert text[r.span[0] : r.span[1]] == old
+    fixed = text[: r.span[0]] + r.new + text[r.span[1] :]
+    # The repaired claim holds: what is still wrong (the model's later links, which decode
+    # discards with the rollback) comes after the repaired number.
+    again = find_repair(fixed, final=True)
+    assert again is None or again.span[0] > r.span[1]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "So 58 × 16 = 52 × 10 + 52 × 6. Then",  # no one slip makes it hold: a rewrite
+        "3 * 4 = 2 + 5 = 7 and",  # one-digit numbers: any would do, none is a slip
+        "Which is 25% of 80 = 10 * 2 and",  # a percent's hidden 100: numbers unlike as written
+        "27 * 5 * 10 = 145 * 10",  # not closed: ` * 10` may go on
+        "8 * 9 = 70 + 3 and",  # two numbers, each a slip away: ambiguous
+    ],
+)
+def test_an_ambiguous_or_open_right_side_is_not_repaired(text):
+    assert find_repair(text) is None

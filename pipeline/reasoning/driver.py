@@ -122,9 +122,11 @@ class ReasoningDriver:
                     if decided is not None:  # the step is rolled back before anything else
                         actions.remove(check)
                         return self._apply(actions + decided)
-        if false_claim is not None and false_claim.step == len(r.chain) and not r.finished:
-            # The chain has caught up with the step being written: roll its claim back now.
-            return self._apply(actions + self._early_rollback(false_claim, now_s))
+        # Once the chain has caught up with the step being written, its false claim is rolled
+        # back now (nothing when resampling is capped: the step's verdict will say it).
+        caught_up = false_claim is not None and false_claim.step == len(r.chain)
+        if caught_up and not r.finished and (early := self._early_rollback(false_claim, now_s)):
+            return self._apply(actions + early)
         for key, probe in list(self.probes.items()):
             if probe.is_finished and not r.finished:
                 del self.probes[key]

@@ -323,3 +323,19 @@ def test_confidence_alone_ends_nothing_by_default():
     acts, _ = add_step(r, 10, "3 + 4 = 7")
     (probe,) = only(acts, Probe)
     assert r.on_probe(probe.key, "7", 1.0, 2) == [] and not r.finished
+
+
+def test_a_false_claim_mid_step_is_backtracked_from_its_claim_unless_capped():
+    from pipeline.verify.verdicts import ClaimVerdict
+
+    claim = (ClaimVerdict("88 * 40 = 3120", (4, 18), "contradicted", "", "false", "arithmetic"),)
+    r = machine()
+    add_step(r, 10, "x = 3")
+    acts = r.on_false_claim(15, 25, "Now 88 * 40 = 3120 and", "false", claim, 0.0)
+    (rb,) = only(acts, Rollback)
+    assert rb.position == 15 and rb.claim_char == 4  # the step's start, then its claim's char
+    assert only(acts, Note, "backtrack")[0].step == 1 and r.num_backtracks == 1
+    assert [s.text for s in r.chain] == ["x = 3"]  # never a step of the chain
+    capped = machine()
+    capped.resample_cap = 0  # under load: kept, and its verdict at the step's end says it
+    assert capped.on_false_claim(15, 25, "Now 88 * 40 = 3120", "false", claim, 0.0) == []

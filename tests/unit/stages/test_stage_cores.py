@@ -87,6 +87,36 @@ def test_admit_renders_the_template_with_the_jobs_kwargs_and_earlier_thinking(sw
     assert "<|assistant|><think>2+3=5</think>5" in kept  # this template keeps it
 
 
+# Qwen3's way of dropping it: thinking only on assistant turns after the last user message.
+DROP_TEMPLATE = (
+    "{% set ns = namespace(last_user=-1) %}{% for m in messages %}{% if m.role == 'user' %}"
+    "{% set ns.last_user = loop.index0 %}{% endif %}{% endfor %}"
+    "{% for m in messages %}<|{{ m.role }}|>{% if m.role == 'assistant' and "
+    "loop.index0 > ns.last_user and m.reasoning_content %}<think>"
+    "{{ m.reasoning_content }}</think>{% endif %}{{ m.content }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+def test_admit_leaves_earlier_thinking_out_when_the_template_drops_it(switch_tok, tmp_path):
+    from tests.model_factory import add_char_tokenizer
+
+    drop_tok = Tokenizer(add_char_tokenizer(tmp_path, chat_template=DROP_TEMPLATE))
+    turns = [
+        schema.Message(role="user", content="2+3?"),
+        schema.Message(role="assistant", content="5", reasoning_content="2+3=5"),
+        schema.Message(role="user", content="*4?"),
+        schema.Message(role="assistant", content="20", reasoning_content="5*4=20"),
+    ]
+    job = schema.Job(id="k5", messages=turns)
+    dropped = drop_tok.decode(IngestCore(drop_tok, 512, "m", BUDGET).admit(job, 0).token_ids)
+    assert "2+3=5" not in dropped and dropped.count("<think>") == 1  # no earlier thinking
+    assert "<|assistant|>5\n" in dropped  # the earlier answer stays
+    assert "<|assistant|><think>5*4=20</think>20\n" in dropped  # the last turn keeps its own
+    kept = switch_tok.decode(IngestCore(switch_tok, 512, "m", BUDGET).admit(job, 0).token_ids)
+    assert "<|assistant|><think>2+3=5</think>5\n" in kept  # same turns, a keeping template
+
+
 def test_admit_refuses_template_kwargs_for_a_model_without_a_template(tmp_path):
     from tests.model_factory import add_char_tokenizer
 

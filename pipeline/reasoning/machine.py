@@ -335,7 +335,8 @@ class Reasoner:
         key = f"{len(self.chain)}.{self._attempts}"
         bad = Step(len(self.chain), start, end, text, key, now_s, CONTRADICTED, detail)
         bad.claims = tuple(claims)
-        self.tally.add_check((c.verdict, c.reason) for c in bad.claims)
+        # Not a check of the coverage report: no step, no verdict event (the backtrack event
+        # names the claim); every reported check has its verdict event.
         if self.resample_cap is not None and self.num_backtracks >= self.resample_cap:
             return []  # resampling capped: the step goes on, and its verdict says the rest
         return self._backtrack(bad)

@@ -339,3 +339,15 @@ def test_a_false_claim_mid_step_is_backtracked_from_its_claim_unless_capped():
     capped = machine()
     capped.resample_cap = 0  # under load: kept, and its verdict at the step's end says it
     assert capped.on_false_claim(15, 25, "Now 88 * 40 = 3120", "false", claim, 0.0) == []
+
+
+def test_a_mid_step_rollback_is_not_a_check_of_the_coverage_report():
+    """The report's checks are the verdict events a client got; a claim rolled back mid-step
+    has a backtrack event only."""
+    from pipeline.verify.verdicts import ClaimVerdict
+
+    claim = (ClaimVerdict("7 * 8 = 54", (0, 10), "contradicted", "", "false", "arithmetic"),)
+    r = machine()
+    acts = r.on_false_claim(10, 16, "7 * 8 = 54 so", "false", claim, 0.0)
+    assert only(acts, Note, "backtrack") and not only(acts, Note, "verdict")
+    assert r.coverage() == machine().coverage()

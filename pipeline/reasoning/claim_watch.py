@@ -73,7 +73,7 @@ class ClaimWatch:
         self.repair = repair
         self.marks: list[RepairMark] = []
         self.num_refused = 0
-        # (segment start, index of its last `=`, final) already read: read each value once.
+        # (segment start, where its closed expression ends, final) already read: each once.
         self._judged: set[tuple[int, int, bool]] = set()
 
     def scan(self, first: int, first_step: int) -> tuple[RepairMark, int] | FalseClaim | None:

@@ -89,6 +89,8 @@ class ClaimWatch:
         for index, end in enumerate(bounds, start=first_step):
             final = end != seq.num_tokens or seq.pending_finish is not None or end in seq.step_ends
             seg, start = (start, end), end
+            if final and not self._repairing:
+                continue  # a completed step's false claims are its fast verdict's: not read
             text = self.engine.tokenizer.decode(ids[seg[0] : seg[1]])
             if not self._worth_reading(seg[0], text, final):
                 continue

@@ -85,7 +85,7 @@ class PipelineConfig:
         help="prefix of every topic and Redis key",
     )
     model: str = setting(
-        "tiny-reasoner",
+        "r1-reasoner",  # the demo's: what a user sees first is what `stepwise up` serves
         env="MODEL",
         concern="pipeline",
         flag="--model",

@@ -16,6 +16,7 @@ import torch
 from pipeline.config import EngineConfig
 from pipeline.engine.base import EngineStats, StepEngine
 from pipeline.engine.block_manager import BlockManager
+from pipeline.engine.guided import GuideSet
 from pipeline.engine.kv_cache import KVCache
 from pipeline.engine.loader import load_model
 from pipeline.engine.model_config import ModelConfig
@@ -114,6 +115,8 @@ class Engine(StepEngine):
         )
         self.runner = ModelRunner(model, self.kv_cache, config.block_size, self.device)
         self.runner.capture_cuda_graphs(config.max_num_seqs, self.max_model_len)  # CUDA only
+        if self.tokenizer is not None:
+            self.runner.guides = GuideSet(self.tokenizer.hf, self.tokenizer.token_texts())
         self.seqs: dict[str, Sequence] = {}
         self.stats = EngineStats()
         self._seed_rng = random.Random(config.seed)

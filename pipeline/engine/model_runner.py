@@ -6,6 +6,7 @@ import torch
 
 from pipeline.engine import cuda_graph
 from pipeline.engine.attention import AttentionMetadata, DecodeGroup, PrefillChunk
+from pipeline.engine.guided import Guide, GuideSet
 from pipeline.engine.kv_cache import KVCache
 from pipeline.engine.model import CausalLM
 from pipeline.engine.sampler import Sampler, position_uniform
@@ -29,6 +30,7 @@ class ModelRunner:
         self.keep_logits = False
         self.last_logits: dict[str, torch.Tensor] = {}
         self.graphs: cuda_graph.CudaGraphRunner | None = None
+        self.guides: GuideSet | None = None  # structured output; None: a model without tokenizer
 
     def capture_cuda_graphs(self, max_num_seqs: int, max_model_len: int) -> None:
         """Capture the decode step at fixed batch sizes; a no-op off CUDA (cuda_graph.py)."""
@@ -39,6 +41,21 @@ class ModelRunner:
             self.model, self.kv_cache.layers, max_num_seqs, max_blocks, self.device
         )
         self.graphs.capture()
+
+    def _guide(self, logits: torch.Tensor, order: list[ScheduledSequence]) -> None:
+        """Mask the rows of sequences whose grammar has begun (structured output)."""
+        guided: list[tuple[int, Guide]] = []
+        for row, s in enumerate(order):
+            seq = s.seq
+            if seq.params.guided is None or self.guides is None:
+                continue
+            if seq.guide is None:
+                seq.guide = self.guides.guide(seq.params.guided, seq.num_prompt_tokens)
+            seq.guide.sync(seq.token_ids)
+            if seq.guide.active:
+                guided.append((row, seq.guide))
+        if guided:
+            self.guides.mask(logits, guided)
 
     def _tensor(self, data: list, dtype: torch.dtype = torch.long) -> torch.Tensor:
         return torch.tensor(data, dtype=dtype, device=self.device)
@@ -119,6 +136,7 @@ class ModelRunner:
         if self.keep_logits:
             self.last_logits = {s.seq.request_id: logits[i] for i, s in enumerate(order)}
         params = [s.seq.params for s in order]
+        self._guide(logits, order)
         # The token being sampled will sit at index seq.num_tokens: that position seeds it.
         uniforms = [position_uniform(s.seq.seed, s.seq.num_tokens) for s in order]
         out = self.sampler(logits, params, uniforms)

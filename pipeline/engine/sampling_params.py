@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pipeline.engine.guided import GuidedDecoding
 from pipeline.errors import InvalidRequestError
 
 
@@ -29,6 +30,8 @@ class SamplingParams:
     # Tokens discarded by `rollback` count toward `max_tokens`: a reasoning budget pays for
     # every token generated, kept or not.
     charge_rollbacks: bool = False
+    # Structured output: what follows the thinking is held to a grammar (guided.py).
+    guided: GuidedDecoding | None = None
 
     def __post_init__(self) -> None:
         if self.temperature < 0:

@@ -40,6 +40,7 @@ class Sequence:
         "cumulative_logprob",
         "arrival",
         "priority",
+        "guide",
     )
 
     def __init__(
@@ -69,6 +70,7 @@ class Sequence:
         self.num_discarded_tokens = 0  # generated tokens that rollbacks threw away
         self.cumulative_logprob = 0.0  # of the sampled tokens (rollbacks do not undo it)
         self.arrival = arrival
+        self.guide = None  # structured output's state (guided.Guide), made on first sample
 
     @property
     def num_tokens(self) -> int:

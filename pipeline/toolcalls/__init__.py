@@ -1,0 +1,16 @@
+"""Tool calls in a model's output, by vLLM's `--tool-call-parser` names (docs/gateway.md)."""
+
+from pipeline.toolcalls.base import Extracted, ParsedCall, ToolParser
+from pipeline.toolcalls.registry import PARSERS, get_parser, parser_for_format
+from pipeline.toolcalls.stream import CallDelta, ToolCallStream
+
+__all__ = [
+    "PARSERS",
+    "CallDelta",
+    "Extracted",
+    "ParsedCall",
+    "ToolCallStream",
+    "ToolParser",
+    "get_parser",
+    "parser_for_format",
+]

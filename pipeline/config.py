@@ -98,6 +98,14 @@ class PipelineConfig:
         flag="--reasoning-format",
         help="how the model writes its reasoning (docs/reasoning-formats.md); empty: detected",
     )
+    tool_call_parser: str = setting(
+        "",
+        env="TOOL_CALL_PARSER",
+        concern="pipeline",
+        flag="--tool-call-parser",
+        help="how the model writes tool calls (vLLM's names: hermes, mistral, llama3_json, "
+        "deepseek_v3, kimi_k2); empty: the reasoning format's family, else hermes",
+    )
     dtype: str = setting("auto", env="DTYPE", concern="pipeline", choices=DTYPES,
                          help="weights' dtype")  # fmt: skip
     worker_id: str = setting(

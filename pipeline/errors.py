@@ -39,6 +39,11 @@ class UnknownRequestError(StepwiseError):
 
 class InvalidRequestError(StepwiseError):
     code = "invalid_request"
+    field: str | None = None  # the request field at fault, when one is
+
+    def __init__(self, message: str, *, field: str | None = None, **kw: str | None) -> None:
+        super().__init__(message, **kw)  # type: ignore[arg-type]
+        self.field = field
 
 
 class KVPoolExhaustedError(StepwiseError):

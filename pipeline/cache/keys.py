@@ -10,6 +10,8 @@ import unicodedata
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import msgspec
+
 from pipeline import schema
 from pipeline.cache.config import _BLANK_LINES, _INNER_SPACE, _SAFE_ID, KEY_VERSION, _encoder
 from pipeline.engine.block_manager import NO_HASH, hash_block
@@ -76,7 +78,20 @@ def answer_key(job: schema.Job, model: str) -> str | None:
     prompt = _prompt_part(job.prompt, job.messages)
     # The template's switches (`enable_thinking`) change the prompt it renders, sorted: a map.
     template = sorted((job.chat_template_kwargs or {}).items())
-    return digest("answer", model, prompt, _premises_part(job.premises), params, template)
+    parts = [model, prompt, _premises_part(job.premises), params, template]
+    if (
+        job.tools
+        or job.structured_output
+        or any(m.tool_calls or m.tool_call_id for m in job.messages or ())
+    ):  # what the template renders and what the output is held to: part of the answer
+        parts.append(_tools_part(job))
+    return digest("answer", *parts)
+
+
+def _tools_part(job: schema.Job) -> str:
+    turns = [(m.tool_calls, m.tool_call_id, m.name) for m in job.messages or ()]
+    fields = (job.tools, job.tool_choice, job.parallel_tool_calls, job.structured_output, turns)
+    return msgspec.json.encode(fields).decode()
 
 
 def step_key(

@@ -26,10 +26,12 @@ from pipeline.decode.kv_intake import KVIntake, kv_mark
 from pipeline.decode.load import LoadTracker, load_report
 from pipeline.decode.messages import Inward, StepPut, Tick, TickStats, TraceMark
 from pipeline.decode.results import JobRun, finish, outward, token_events
+from pipeline.decode.tool_output import ToolOutput, parser_name
 from pipeline.engine.base import StepEngine
 from pipeline.errors import StepwiseError
 from pipeline.reasoning.loop import ReasoningLoop, starting_config, token_limit
 from pipeline.reasoning.sampling import handoff_params
+from pipeline.reasoning.structured import guided_decoding
 from pipeline.reasoning.types import Note
 from pipeline.stage.worker import now_ms
 from pipeline.transfer.kv_import import KVImporter
@@ -221,6 +223,8 @@ class DecodeCore:
             fast_verdicts=cfg.fast_verdicts,
         )  # fmt: skip
         params = handoff_params(h, token_limit(reasoning, len(h.token_ids), engine.max_model_len))
+        if h.structured_output is not None:
+            params.guided = guided_decoding(h.structured_output, engine, h.token_ids)
         seq, kv_ack, kv = self.intake.take(h, params, self._stats)
         if marks is not None:
             marks.append(kv_mark(h, kv))
@@ -231,6 +235,10 @@ class DecodeCore:
         # The user's question, never the rendered template (older producers: the prompt).
         problem = h.problem or engine.tokenizer.decode(h.token_ids)
         run = JobRun(h, job, problem, self.verdict_stream, now_ms(), traced=marks is not None)
+        run.all_content = params.guided is not None and not params.guided.after
+        run.tools = ToolOutput.for_handoff(
+            h, parser_name(cfg.tool_call_parser, engine.reasoning_format.name)
+        )
         self.load.started(run.started_ms - h.admitted_ms)
         run.kv_import_ms = kv.ms if kv.transport != "none" else None
         if kv.outcome == "reprefill":
@@ -239,7 +247,9 @@ class DecodeCore:
             job.driver.marks = []
         # Steps enter the step cache only with a verdict, under a key that holds the verify
         # mode: a job that verifies nothing can find none, so it never asks.
-        if h.cache_key is not None and h.params.verify != "off":  # ingest: reproducible
+        # (Nor a job held to a grammar: its steps were written under it.)
+        reproducible = h.cache_key is not None and h.structured_output is None
+        if reproducible and h.params.verify != "off":  # ingest: reproducible
             run.step_key = step_key(h.model, h.token_ids, h.premises, h.params)
         return run, kv_ack
 

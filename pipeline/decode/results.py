@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 
 from pipeline import schema
+from pipeline.decode.tool_output import ToolOutput
 from pipeline.engine.sequence import Sequence
 from pipeline.engine.tokenizer import Tokenizer
 from pipeline.formats import ReasoningFormat, Split, StreamSplitter
@@ -33,6 +34,15 @@ class JobRun:
     kv_import_ms: float | None = None  # the KV import (or the failed try before a re-prefill)
     reprefill_from_ns: int | None = None  # KV not imported: prefilling again since (monotonic)
     reprefill_ms: float | None = None  # how long that took, to the first token
+    tools: ToolOutput | None = None  # the job reads tool calls from its content
+    # A grammar holds the output from its first token (a format without thinking): all of it
+    # is content, whatever the format's split would make of it.
+    all_content: bool = False
+
+    def split(self, text: str) -> Split:
+        if self.all_content:
+            return Split("", text)
+        return self.driver.format.split(text, self.driver.prompt_text)
 
     @property
     def seq(self) -> Sequence:
@@ -69,16 +79,26 @@ def token_events(run: JobRun, tokenizer: Tokenizer, now_ms: int) -> list[schema.
         run.splitter = fmt.splitter(prompt)
         run.splitter.feed(run.token_text)
     delta, run.token_text, run.emitted_tokens = text[len(run.token_text) :], text, len(out)
-    return channel_events(run, run.splitter.feed(delta), now_ms)
+    parts = Split("", delta) if run.all_content else run.splitter.feed(delta)
+    return channel_events(run, parts, now_ms)
 
 
 def channel_events(run: JobRun, parts: Split, now_ms: int) -> list[schema.Event]:
     events = []
     if parts.reasoning:
         events.append(run.event("token", now_ms, text=parts.reasoning, channel="reasoning"))
-    if parts.content:
-        events.append(run.event("token", now_ms, text=parts.content, channel="content"))
-    return events
+    content, calls = parts.content, []
+    if run.tools is not None and content:
+        content, calls = run.tools.feed(content)
+    if content:
+        events.append(run.event("token", now_ms, text=content, channel="content"))
+    return events + tool_call_events(run, calls, now_ms)
+
+
+def tool_call_events(
+    run: JobRun, calls: list[tuple[int, schema.ToolCall]], now_ms: int
+) -> list[schema.Event]:
+    return [run.event("tool_call", now_ms, step=i, tool_call=call) for i, call in calls]
 
 
 def outward(
@@ -124,11 +144,19 @@ def finish(
     events = token_events(run, tokenizer, now_ms)
     if run.splitter is not None:  # held back until now (a marker prefix, plain's last paragraph)
         events += channel_events(run, run.splitter.flush(), now_ms)
+        if run.tools is not None:  # a call the end of the output finished, content held back
+            content, calls = run.tools.flush()
+            if content:
+                events.append(run.event("token", now_ms, text=content, channel="content"))
+            events += tool_call_events(run, calls, now_ms)
     events += outward(run, run.driver.flush(), tokenizer, now_ms)[0]
     text = tokenizer.decode(seq.output_token_ids)
     fmt, prompt = run.driver.format, run.driver.prompt_text
     answer = None if r.gave_up else fmt.find_answer(text, prompt)
-    parts = fmt.split(text, prompt)
+    parts = run.split(text)
+    content, calls = ("" if r.gave_up else parts.content), []  # gave up: no answer to show
+    if run.tools is not None and content:
+        content, calls = run.tools.whole(content)
     stop = r.result_stop_reason(seq.finish_reason)
     # The engine gave up on the sequence (vLLM: the server failed its step): not an answer.
     failed = seq.finish_reason == "error"
@@ -154,7 +182,8 @@ def finish(
         answer=answer,
         text=text,
         reasoning=parts.reasoning,
-        content="" if r.gave_up else parts.content,  # gave up: no answer to show
+        content=content,
+        tool_calls=calls,
         steps=[step_record(s, fmt) for s in r.chain],
         repairs=repair_infos(run.driver, tokenizer),
         usage=schema.Usage(

@@ -55,6 +55,7 @@ class StepEngine(ABC):
     step_detector: StepBoundaryDetector | None
     reasoning_format: ReasoningFormat  # how the model writes (docs/reasoning-formats.md)
     can_export_kv: bool  # prefill hands KV over (native), or decode recomputes it (vLLM)
+    supports_guided: bool = False  # structured output (SamplingParams.guided) is enforced
     seqs: dict[str, Sequence]
     max_model_len: int
     _arrivals: int

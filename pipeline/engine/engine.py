@@ -59,6 +59,7 @@ class Engine(StepEngine):
     """A continuous-batching engine over one model, driven one step at a time."""
 
     can_export_kv = True  # prefill hands the KV to decode (pipeline/transfer/)
+    supports_guided = True  # guided.py's masks in the model runner
 
     def __init__(self, config: EngineConfig, kv_storage: KVStorage | None = None):
         self.config = config

@@ -22,12 +22,12 @@ from typing import Any
 
 import llguidance
 import llguidance.hf
-import llguidance.torch as llg_torch
 import torch
 
 from pipeline.errors import InvalidRequestError
 
 GRAMMAR_KINDS = ("json", "json_object", "regex", "choice", "grammar")
+_SHIFTS = torch.arange(32, dtype=torch.int32)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +130,18 @@ class Guide:
         self.scanned = n
 
 
+def handover(force_text: str, spec: GuidedDecoding, guide: Guide | None) -> str:
+    """Budget forcing's text for a guided sequence: only what closes the thinking (up to its
+    end marker), then the grammar writes the answer; nothing once the grammar holds."""
+    if guide is not None and guide.active:
+        return ""
+    ends = [(force_text.find(m), m) for m in spec.after if m in force_text]
+    if not ends:
+        return "" if not spec.after else force_text
+    at, marker = min(ends)
+    return force_text[: at + len(marker)]
+
+
 class GuideSet:
     """The engine's side: a tokenizer for llguidance (built once, on the first guided request),
     guides per sequence, and the masking of a batch's logits."""
@@ -154,19 +166,23 @@ class GuideSet:
         return Guide(spec, self.tokenizer, self.texts, start)
 
     def mask(self, logits: torch.Tensor, guides: list[tuple[int, Guide]]) -> None:
-        """Set to -inf, in place, every logit a row's grammar does not allow next."""
+        """Set to -inf, in place, every logit a row's grammar does not allow next. (The
+        bitmask is unpacked here: `llguidance.torch` would import Triton into every engine.)"""
         if not guides:
             return
         vocab = self.tokenizer.vocab_size
-        bitmask = llg_torch.allocate_token_bitmask(len(guides), vocab)
-        for i, (_, guide) in enumerate(guides):
-            llg_torch.fill_next_token_bitmask(guide.matcher, bitmask, i)
+        words = torch.stack(
+            [torch.frombuffer(bytearray(g.matcher.compute_bitmask()), dtype=torch.int32)
+             for _, g in guides]
+        )  # fmt: skip
+        bits = (words[:, :, None] >> _SHIFTS) & 1  # [rows, words, 32]: bit i of word w
+        allowed = bits.reshape(len(guides), -1)[:, :vocab].bool().to(logits.device)
         rows = torch.tensor([row for row, _ in guides], device=logits.device)
-        sub = logits[rows, :vocab].float().cpu().contiguous()
-        llg_torch.apply_token_bitmask_inplace(sub, bitmask)
-        logits[rows, :vocab] = sub.to(logits.device, logits.dtype)
-        if logits.shape[1] > vocab:  # padded embedding rows past the tokenizer's vocabulary
-            logits[rows, vocab:] = float("-inf")
+        width = min(vocab, logits.shape[1])
+        sub = logits[rows]
+        sub[:, :width] = sub[:, :width].masked_fill(~allowed[:, :width], float("-inf"))
+        sub[:, width:] = float("-inf")  # padded embedding rows past the tokenizer's vocabulary
+        logits[rows] = sub
 
 
 class _TextTokens:

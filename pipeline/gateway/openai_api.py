@@ -16,11 +16,19 @@ content and `stream_reasoning: false` sends the thinking in one delta once it is
 earlier assistant turn's `reasoning_content` (or `reasoning`) goes to the template, which keeps
 or drops it; `usage.completion_tokens_details.reasoning_tokens` counts the thinking. A field
 this gateway does not implement is a 400 naming it, never silently ignored.
+
+Tools and structured output (docs/gateway.md): `tools`, `tool_choice`, `parallel_tool_calls`,
+earlier turns' `tool_calls` and `role: "tool"` results go to the chat template; calls come back
+as `message.tool_calls` (streamed: `delta.tool_calls`, id and name first, then the arguments)
+with `finish_reason: "tool_calls"`. `response_format` (`json_object`, `json_schema`) and vLLM's
+`structured_outputs` (`json`, `regex`, `choice`, `grammar`) hold what follows the thinking to a
+grammar; an invalid one is a 400 with llguidance's reason.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -31,6 +39,8 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict
 
 from pipeline import schema
+from pipeline.engine.guided import compile_grammar
+from pipeline.errors import InvalidRequestError
 from pipeline.gateway.deps import GatewayDep, TenantDep
 from pipeline.gateway.hub import Subscription
 from pipeline.gateway.jobs_api import json_response
@@ -40,7 +50,12 @@ router = APIRouter()
 FINISH_REASONS = {"answer": "stop", "early_exit": "stop", "unverified": "stop"}
 # reasoning_effort -> thinking tokens; `none` caps nothing but turns the template's thinking off.
 EFFORT_BUDGETS = {"none": None, "minimal": 64, "low": 256, "medium": 1024, "high": 4096}
-ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant",
+         "tool": "tool"}  # fmt: skip
+MESSAGE_FIELDS = {"name", "tool_calls", "tool_call_id", *("reasoning_content", "reasoning")}
+# vLLM's `structured_outputs` keys -> StructuredOutput kinds
+STRUCTURED_KEYS = {"json": "json", "regex": "regex", "choice": "choice", "grammar": "grammar",
+                   "json_object": "json_object"}  # fmt: skip
 # OpenAI fields that change nothing a client gets back here (metadata), accepted and unused.
 IGNORED_FIELDS = frozenset({"user", "metadata", "store"})
 REASONING_FIELDS = ("reasoning_content", "reasoning")  # a message's thinking, both names
@@ -73,6 +88,11 @@ class ChatRequest(BaseModel):
     separate_reasoning: bool = True  # SGLang's: false sends the generation unsplit
     stream_reasoning: bool = True  # SGLang's: false sends the thinking in one delta at its end
     verify: str | None = None  # Stepwise's extension (extra_body): off | async | strict | repair
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool = True
+    response_format: dict[str, Any] | None = None
+    structured_outputs: dict[str, Any] | None = None  # vLLM's
 
 
 def bad_request(message: str, field: str | None = None) -> GatewayError:
@@ -89,10 +109,16 @@ def _message(i: int, m: ChatMessage) -> dict[str, Any]:
     if m.role not in ROLES:
         raise bad_request(f"role {m.role!r} is not supported", f"messages[{i}].role")
     extra = dict(m.model_extra or {})
-    unknown = sorted(set(extra) - {"name", *REASONING_FIELDS})
+    unknown = sorted(set(extra) - MESSAGE_FIELDS)
     if unknown:
         raise bad_request(f"{unknown[0]!r} is not supported", f"messages[{i}].{unknown[0]}")
     msg: dict[str, Any] = {"role": ROLES[m.role], "content": _text(m.content)}
+    for key in ("tool_calls", "tool_call_id", "name"):
+        if extra.get(key) is not None:
+            msg[key] = extra[key]
+    if m.role == "tool" and not isinstance(extra.get("tool_call_id"), str):
+        raise bad_request("a tool message needs the `tool_call_id` it answers",
+                          f"messages[{i}].tool_call_id")  # fmt: skip
     # An earlier turn's thinking, under either name: the template keeps it or drops it.
     for name in (f for f in REASONING_FIELDS if extra.get(f) is not None):
         if ROLES[m.role] != "assistant" or not isinstance(extra[name], str):
@@ -116,6 +142,60 @@ def template_kwargs(req: ChatRequest) -> dict[str, Any] | None:
         kwargs.setdefault("reasoning_effort", req.reasoning_effort)
         kwargs.setdefault("enable_thinking", req.reasoning_effort != "none")
     return kwargs or None
+
+
+def tool_choice(req: ChatRequest) -> str | None:
+    """OpenAI's tool_choice as the Job's: `auto` / `none` / `required`, or a function's name."""
+    choice = req.tool_choice
+    if choice is None or isinstance(choice, str):
+        if choice not in (None, "auto", "none", "required"):
+            raise bad_request("tool_choice must be auto, none, required or a function",
+                              "tool_choice")  # fmt: skip
+        return choice
+    name = (choice.get("function") or {}).get("name") if choice.get("type") == "function" else None
+    if not isinstance(name, str):
+        raise bad_request('a named tool_choice is {"type": "function", "function": {"name": ..}}',
+                          "tool_choice")  # fmt: skip
+    return name
+
+
+def structured_output(req: ChatRequest) -> dict[str, str] | None:
+    """`response_format` or vLLM's `structured_outputs` as the Job's StructuredOutput, checked
+    here (llguidance compiles it) so a bad one is a 400 with the reason."""
+    if req.response_format is not None and req.structured_outputs is not None:
+        raise bad_request("give response_format or structured_outputs, not both",
+                          "structured_outputs")  # fmt: skip
+    field, kind, spec = "response_format", None, None
+    if (rf := req.response_format) is not None:
+        kind = rf.get("type")
+        if kind == "text":
+            return None
+        if kind == "json_object":
+            spec = None
+        elif kind == "json_schema":
+            inner = rf.get("json_schema")
+            if not isinstance(inner, dict) or not isinstance(inner.get("schema"), dict):
+                raise bad_request("json_schema needs a `schema` object",
+                                  "response_format.json_schema")  # fmt: skip
+            kind, spec = "json", inner["schema"]
+        else:
+            raise bad_request("response_format.type must be text, json_object or json_schema",
+                              "response_format.type")  # fmt: skip
+    elif (so := req.structured_outputs) is not None:
+        field = "structured_outputs"
+        given = [k for k in so if so[k] is not None]
+        if len(given) != 1 or given[0] not in STRUCTURED_KEYS:
+            raise bad_request(f"structured_outputs takes one of {', '.join(STRUCTURED_KEYS)}",
+                              field)  # fmt: skip
+        kind, spec = STRUCTURED_KEYS[given[0]], so[given[0]]
+    else:
+        return None
+    try:
+        compile_grammar(kind, spec)
+    except InvalidRequestError as exc:
+        raise bad_request(str(exc), field) from None
+    text = spec if isinstance(spec, str) else "" if spec is None else json.dumps(spec)
+    return {"kind": kind, "spec": text}
 
 
 def to_job(req: ChatRequest, model_name: str) -> schema.Job:
@@ -160,6 +240,13 @@ def to_job(req: ChatRequest, model_name: str) -> schema.Job:
     body = {"id": f"chatcmpl-{new_job_id()[3:]}", "messages": messages, "params": params}
     if (kwargs := template_kwargs(req)) is not None:
         body["chat_template_kwargs"] = kwargs
+    if req.tools is not None:
+        body["tools"] = req.tools
+    if (choice := tool_choice(req)) is not None:
+        body["tool_choice"] = choice
+    body["parallel_tool_calls"] = req.parallel_tool_calls
+    if (so := structured_output(req)) is not None:
+        body["structured_output"] = so
     try:
         return schema.decode_job(msgspec.json.encode(body), "application/json")
     except schema.SchemaError as exc:
@@ -188,9 +275,13 @@ def response_message(req: ChatRequest, result: schema.Result) -> dict[str, Any]:
     if not req.separate_reasoning:  # SGLang's: the generation as written, markers and all
         return {"role": "assistant", "content": result.text}
     reasoning = reasoning_text(result) if req.include_reasoning else None
-    content = answer_text(result)
-    return {"role": "assistant", "content": content, "reasoning_content": reasoning,
-            "reasoning": reasoning}  # fmt: skip
+    content: str | None = answer_text(result)
+    message = {"role": "assistant", "content": content, "reasoning_content": reasoning,
+               "reasoning": reasoning}  # fmt: skip
+    if result.tool_calls:
+        message["tool_calls"] = [msgspec.to_builtins(c) for c in result.tool_calls]
+        message["content"] = content or None  # OpenAI's: null beside calls when there is none
+    return message
 
 
 def usage(result: schema.Result) -> dict[str, Any]:
@@ -209,7 +300,17 @@ def check_result(result: schema.Result) -> None:
 
 
 def finish_reason(result: schema.Result) -> str:
+    if result.tool_calls:
+        return "tool_calls"
     return FINISH_REASONS.get(result.budget.stop_reason, "length")
+
+
+def tool_call_deltas(index: int, call: schema.ToolCall) -> list[dict[str, Any]]:
+    """A call as vLLM streams it: id, type and name first, then its arguments."""
+    head = {"index": index, "id": call.id, "type": "function",
+            "function": {"name": call.function.name, "arguments": ""}}  # fmt: skip
+    args = {"index": index, "function": {"arguments": call.function.arguments}}
+    return [{"tool_calls": [head]}, {"tool_calls": [args]}]
 
 
 async def _result_of(sub: Subscription, grace_s: float) -> schema.Result:
@@ -310,7 +411,7 @@ async def _chunks(
         }
 
     deltas = StreamDeltas(req)
-    sent_content = sent_reasoning = False
+    sent_content = sent_reasoning = sent_calls = False
     try:
         yield _sse(chunk({"role": "assistant", "content": ""}))
         async for item in sub.items(gw.config.final_grace_s):
@@ -326,6 +427,10 @@ async def _chunks(
                     out = deltas.reasoning(f"\n[backtrack to step {item.step}]\n")
                 elif item.kind == "repair":
                     out = deltas.reasoning(f"\n[repaired: {item.detail}]\n")
+                elif item.kind == "tool_call" and item.tool_call is not None:
+                    sent_calls = True
+                    out = deltas.end_of_thinking()
+                    out += tool_call_deltas(item.step or 0, item.tool_call)
                 for delta in out:
                     yield _sse(chunk(delta))
                 continue
@@ -336,6 +441,9 @@ async def _chunks(
             # A cached Result (no tokens were generated for it): its split, whole.
             out = [] if sent_reasoning else deltas.reasoning(reasoning_text(item) or "")
             out += deltas.content("" if sent_content else answer_text(item))
+            if not sent_calls:  # a cached Result's calls
+                for i, call in enumerate(item.tool_calls):
+                    out += tool_call_deltas(i, call)
             for delta in out:
                 yield _sse(chunk(delta))
             yield _sse(chunk({}, finish_reason(item)))

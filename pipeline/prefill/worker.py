@@ -31,6 +31,7 @@ from pipeline.engine import Request
 from pipeline.engine.sequence import Sequence
 from pipeline.errors import StepwiseError
 from pipeline.reasoning.sampling import sampling_params
+from pipeline.reasoning.structured import guided_decoding
 from pipeline.stage.engine_worker import EngineStageWorker
 from pipeline.stage.placement import Placer, pin, read_loads
 from pipeline.tracing import spans
@@ -211,6 +212,8 @@ class PrefillWorker(EngineStageWorker):
             params = sampling_params(t.params, max_tokens=2, ignore_eos=True)
             rid = f"{t.id}@{time.monotonic_ns()}"  # a redelivered task may overlap a live one
             try:
+                if t.structured_output is not None:  # the first token may already be held
+                    params.guided = guided_decoding(t.structured_output, engine, t.token_ids)
                 seqs.append(engine.add(Request(rid, list(t.token_ids), params)))
             except StepwiseError as e:
                 e.job_id = t.id

@@ -133,6 +133,9 @@ class ClaimWatch:
         self, start: int, text: str, repair: Repair, step: int
     ) -> tuple[RepairMark, int] | None:
         seq, engine, tok = self.seq, self.engine, self.engine.tokenizer
+        if getattr(seq, "guide", None) is not None and seq.guide.active:  # a grammar holds it
+            self.num_refused += 1
+            return None
         a = repair.span[0]
         p = token_at(tok.decode, seq.token_ids[: seq.num_tokens], start, a, text)
         if p is None:

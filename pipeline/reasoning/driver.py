@@ -12,6 +12,7 @@ import math
 from dataclasses import replace
 
 from pipeline.engine import Engine, Request, SamplingParams
+from pipeline.engine.guided import handover
 from pipeline.engine.sequence import Sequence
 from pipeline.reasoning.claim_watch import ClaimWatch, FalseClaim, token_at
 from pipeline.reasoning.machine import (
@@ -31,6 +32,8 @@ from pipeline.reasoning.machine import (
 from pipeline.verify.fast import contradicted, fast_verdict
 
 Outward = Check | Note
+# A forced answer under a grammar (structured output) is the grammar's to write: room for it.
+GUIDED_ANSWER_TOKENS = 256
 
 
 class ReasoningDriver:
@@ -302,7 +305,11 @@ class ReasoningDriver:
         if position < seq.num_tokens:
             self._rollback(position)
         text = self.format.force_text(self.output_text(seq.num_tokens), self.prompt_text)
-        ids = self.engine.tokenizer.encode(text, add_special_tokens=False)
+        room = cfg.answer_tokens
+        if seq.params.guided is not None:  # the grammar writes the answer: close the thinking
+            text = handover(text, seq.params.guided, getattr(seq, "guide", None))
+            room = max(room, GUIDED_ANSWER_TOKENS)
+        ids = self.engine.tokenizer.encode(text, add_special_tokens=False) if text else []
         if seq.num_tokens + len(ids) + 1 >= self.engine.max_model_len:
             # No room left for even the cue (a prompt that fills the context): end here.
             self.reasoner.finished = True
@@ -317,7 +324,7 @@ class ReasoningDriver:
         self.engine.update_params(
             seq.request_id,
             temperature=0.0,
-            max_tokens=spent + cfg.answer_tokens,
+            max_tokens=spent + room,
             pause_on_step_end=False,
         )
 

@@ -34,14 +34,60 @@ from pipeline.schema.limits import (
 TemplateValue = str | int | float | bool | None
 
 
+ToolName = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
+
+
+class FunctionDef(msgspec.Struct, kw_only=True):
+    """A tool the model may call (OpenAI's `tools[].function`)."""
+
+    name: ToolName
+    description: str = ""
+    parameters: dict[str, Any] | None = None  # a JSON schema of the arguments
+    strict: bool = False
+
+
+class Tool(msgspec.Struct, kw_only=True):
+    type: Literal["function"] = "function"
+    function: FunctionDef
+
+
+class FunctionCall(msgspec.Struct, kw_only=True):
+    name: str
+    arguments: str  # a JSON object's text
+
+
+class ToolCall(msgspec.Struct, kw_only=True):
+    """A call the model made (OpenAI's `tool_calls[]`); in a Job, an earlier turn's."""
+
+    id: Annotated[str, Meta(min_length=1, max_length=128)]
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class Message(msgspec.Struct, kw_only=True):
     """One chat message, OpenAI-style."""
 
-    role: Literal["system", "user", "assistant"]
+    role: Literal["system", "user", "assistant", "tool"]
     content: str
     # An earlier assistant turn's thinking (vLLM's `reasoning_content` / `reasoning`): given to
     # the chat template, which keeps it (interleaved thinking) or drops it, as the model wants.
     reasoning_content: str | None = None
+    tool_calls: list[ToolCall] | None = None  # an assistant turn's calls
+    tool_call_id: str | None = None  # a tool message: the call it answers
+    name: str | None = None
+
+
+# auto: the model decides; none: no calls are read; required: at least one call (forced by a
+# grammar); a function's name: that call (forced).
+ToolChoice = Literal["auto", "none", "required"]
+
+
+class StructuredOutput(msgspec.Struct, kw_only=True):
+    """What follows the thinking is held to this (engine/guided.py): `json` (a JSON schema's
+    text), `json_object`, `regex`, `choice` (a JSON list of strings), `grammar` (Lark)."""
+
+    kind: Literal["json", "json_object", "regex", "choice", "grammar"]
+    spec: Annotated[str, Meta(max_length=262_144)] = ""
 
 
 # off: unchecked; async: checked while decoding goes on; strict: each step waits for its
@@ -96,6 +142,12 @@ class Job(msgspec.Struct, kw_only=True):
     # Passed to the chat template as it renders the prompt (vLLM's and SGLang's field):
     # `{"enable_thinking": false}` (Qwen3), `{"thinking": true}` (DeepSeek-V3.1).
     chat_template_kwargs: dict[str, TemplateValue] | None = None
+    # Tools the model may call: rendered by the chat template, calls read from the content by
+    # the model's tool-call parser into Result.tool_calls (docs/gateway.md).
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoice | ToolName = "auto"
+    parallel_tool_calls: bool = True
+    structured_output: StructuredOutput | None = None
 
 
 # -- internal: ingest -> prefill -> decode ----------------------------------------------------
@@ -143,6 +195,10 @@ class PrefillTask(msgspec.Struct, kw_only=True):
     cache_key: str | None = None  # answer-cache key, so decode can store the Result
     created_ms: NonNeg | None = None
     admitted_ms: NonNeg
+    # Tool calls read from the content: off; parse (the model's tool-call parser); forced (a
+    # grammar made the content a JSON list of calls: tool_choice required or a named function).
+    tool_calls: Literal["off", "parse", "forced"] = "off"
+    structured_output: StructuredOutput | None = None  # the job's, tool_choice's grammar too
 
 
 class KVDescriptor(msgspec.Struct, kw_only=True):
@@ -237,7 +293,9 @@ class Event(msgspec.Struct, kw_only=True):
     v: int = SCHEMA_VERSION
     id: JobId
     seq: NonNeg
-    kind: Literal["accepted", "token", "step", "verdict", "backtrack", "repair", "final", "error"]
+    kind: Literal[
+        "accepted", "token", "step", "verdict", "backtrack", "repair", "tool_call", "final", "error"
+    ]
     step: NonNeg | None = None
     text: str = ""
     verdict: Verdict | None = None
@@ -246,6 +304,8 @@ class Event(msgspec.Struct, kw_only=True):
     channel: Literal["reasoning", "content"] | None = None
     claims: list[ClaimInfo] = []  # verdict events: the step's claims
     verification: VerificationReport | None = None  # the final event: what was covered
+    # tool_call events: a finished call, `step` its index among the output's calls
+    tool_call: ToolCall | None = None
     ts_ms: NonNeg
 
 
@@ -328,6 +388,7 @@ class Result(msgspec.Struct, kw_only=True):
     verification: VerificationReport | None = None  # None: not a decoded job (cached, error)
     reasoning: str | None = None  # the thinking, markers stripped (the format's split)
     content: str | None = None  # what follows the thinking: OpenAI's `content`
+    tool_calls: list[ToolCall] = []  # read from the content (which then holds the rest)
     error: ErrorInfo | None = None
     ts_ms: NonNeg
 

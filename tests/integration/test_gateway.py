@@ -322,3 +322,134 @@ async def test_browser_drives_the_live_page(gateway, tmp_path):
     assert marks and all(cls in verdicts and text for cls, text in marks), marks
     assert "claims entailed" in coverage or "nothing checkable" in coverage, coverage
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 5000
+
+
+# -- tools and structured output through the real stack (issue 38) ------------------------------
+
+WEATHER = {
+    "type": "object",
+    "properties": {
+        "city": {"enum": ["Paris", "Oslo", "Lima"]},
+        "days": {"type": "integer", "minimum": 1, "maximum": 9},
+    },
+    "required": ["city", "days"],
+    "additionalProperties": False,
+}
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "Weather forecast",
+                                      "parameters": WEATHER}},
+    {"type": "function", "function": {"name": "get_time", "parameters": {
+        "type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}}, "required": ["zone"],
+        "additionalProperties": False}}},
+]  # fmt: skip
+ASK = [{"role": "user", "content": "What is the weather in Paris for 3 days?"}]
+
+
+async def test_openai_client_tool_calls_and_the_tool_result_turn(gateway):
+    """The openai client's documented tool flow: the call (forced by tool_choice, so even a
+    model that never calls on its own does), then the tool's result rendered as a turn."""
+    _, addr = gateway
+    client = openai.AsyncOpenAI(base_url=f"http://{addr}/v1", api_key="key-a")
+    done = await client.chat.completions.create(
+        model="tiny-reasoner", messages=ASK, tools=TOOLS, tool_choice="required", seed=3,
+        max_completion_tokens=200, parallel_tool_calls=False,  # a toy model never stops listing
+    )  # fmt: skip
+    choice = done.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    calls = choice.message.tool_calls
+    assert calls and {c.function.name for c in calls} <= {"get_weather", "get_time"}
+    for c in calls:
+        assert c.id.startswith("chatcmpl-tool-") and c.type == "function"
+        assert isinstance(json.loads(c.function.arguments), dict)
+    follow_up = [
+        *ASK,
+        {"role": "assistant", "content": None,
+         "tool_calls": [c.model_dump() for c in calls]},
+        *({"role": "tool", "tool_call_id": c.id, "content": '{"temp_c": 21}'} for c in calls),
+    ]  # fmt: skip
+    answer = await client.chat.completions.create(
+        model="tiny-reasoner", messages=follow_up, tools=TOOLS, seed=4, max_completion_tokens=120
+    )
+    assert answer.choices[0].finish_reason in ("stop", "length", "tool_calls")
+
+
+async def test_openai_client_streams_a_named_tool_call(gateway):
+    _, addr = gateway
+    client = openai.AsyncOpenAI(base_url=f"http://{addr}/v1", api_key="key-a")
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    chunks = await client.chat.completions.create(
+        model="tiny-reasoner", messages=ASK, tools=TOOLS, tool_choice=named, seed=5,
+        max_completion_tokens=200, stream=True,
+    )  # fmt: skip
+    calls: dict[int, dict] = {}
+    finish = None
+    async for chunk in chunks:
+        for choice in chunk.choices:
+            finish = choice.finish_reason or finish
+            for d in choice.delta.tool_calls or ():
+                if d.index not in calls:  # the first delta of a call: id and name
+                    assert d.id and d.function.name
+                    calls[d.index] = {"id": d.id, "name": d.function.name, "arguments": ""}
+                calls[d.index]["arguments"] += d.function.arguments or ""
+    assert finish == "tool_calls"
+    assert [c["name"] for c in calls.values()] == ["get_weather"]  # one call: the named one
+    import jsonschema
+
+    jsonschema.validate(json.loads(calls[0]["arguments"]), WEATHER)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_openai_client_json_schema_answer_validates(gateway, stream):
+    import jsonschema
+
+    _, addr = gateway
+    client = openai.AsyncOpenAI(base_url=f"http://{addr}/v1", api_key="key-a")
+    fmt = {"type": "json_schema", "json_schema": {"name": "weather", "schema": WEATHER,
+                                                  "strict": True}}  # fmt: skip
+    kw = dict(model="tiny-reasoner", messages=ASK, response_format=fmt, seed=6,
+              max_completion_tokens=200)  # fmt: skip
+    if not stream:
+        done = await client.chat.completions.create(**kw)
+        content = done.choices[0].message.content
+    else:
+        content = ""
+        async for chunk in await client.chat.completions.create(**kw, stream=True):
+            for choice in chunk.choices:
+                content += choice.delta.content or ""
+    jsonschema.validate(json.loads(content), WEATHER)
+
+
+@pytest.mark.parametrize(
+    "extra, field",
+    [
+        ({"response_format": {"type": "nonsense"}}, "response_format.type"),
+        (
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {
+                        "name": "x",
+                        "schema": {"type": "object", "properties": {"a": {"type": "zzz"}}},
+                    },
+                }
+            },
+            "response_format",
+        ),  # fmt: skip
+        ({"structured_outputs": {"regex": "(unclosed"}}, "structured_outputs"),
+        ({"logit_bias": {"abc": 1000}}, "logit_bias"),
+        ({"n": 2}, "n"),
+        (
+            {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+            "tool_choice",
+        ),
+        ({"tool_choice": "required"}, "tool_choice"),
+    ],
+)
+async def test_fields_that_cannot_be_honoured_are_a_400_naming_them(gateway, extra, field):
+    _, addr = gateway
+    client = openai.AsyncOpenAI(base_url=f"http://{addr}/v1", api_key="key-a")
+    with pytest.raises(openai.BadRequestError) as err:
+        await client.chat.completions.create(
+            model="tiny-reasoner", messages=ASK, max_completion_tokens=50, extra_body=extra
+        )
+    assert err.value.body["param"] == field or err.value.body.get("field") == field, err.value.body

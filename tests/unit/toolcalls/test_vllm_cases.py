@@ -33,9 +33,11 @@ def cases():
         data = json.loads(path.read_text())
         for case in data["cases"]:
             key = f"{data['parser']}/{case['id']}"
-            marks = [pytest.mark.xfail(reason=DIFFERENCES[key], strict=True)] if key in (
-                DIFFERENCES
-            ) else []
+            marks = (
+                [pytest.mark.xfail(reason=DIFFERENCES[key], strict=True)]
+                if key in (DIFFERENCES)
+                else []
+            )
             yield pytest.param(data["parser"], case, id=key, marks=marks)
 
 

@@ -1,0 +1,41 @@
+"""A job's structured output as the engine runs it: the grammar, and the markers after which
+it holds (the thinking runs free; a prompt whose template already closed the thinking, or a
+format without thinking, is held from the first token)."""
+
+from __future__ import annotations
+
+import json
+
+from pipeline import schema
+from pipeline.engine.base import StepEngine
+from pipeline.engine.guided import GuidedDecoding, compile_grammar
+from pipeline.errors import InvalidRequestError
+from pipeline.formats import ReasoningFormat
+
+
+def grammar_start(fmt: ReasoningFormat, prompt: str) -> tuple[str, ...]:
+    """The texts that end the thinking (and so start the grammar); () where it starts at once."""
+    markers = fmt.markers
+    if markers is None or fmt.start_state(prompt) == "content":
+        return ()
+    return tuple(markers.ends) + tuple(markers.tool_calls)
+
+
+def guided_decoding(
+    so: schema.StructuredOutput, engine: StepEngine, prompt_ids: list[int]
+) -> GuidedDecoding:
+    if not engine.supports_guided:
+        raise InvalidRequestError(
+            "structured output and forced tool calls run on the native engine only "
+            "(not yet passed to --engine vllm)"
+        )
+    spec = compile_grammar(so.kind, schema_spec(so))
+    prompt = engine.tokenizer.decode(prompt_ids, skip_special_tokens=False)
+    return GuidedDecoding(spec, grammar_start(engine.reasoning_format, prompt))
+
+
+def schema_spec(so: schema.StructuredOutput) -> object:
+    """The spec as compile_grammar reads it (a choice's list travels as JSON text)."""
+    if so.kind == "choice":
+        return json.loads(so.spec)
+    return so.spec

@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass
 
 from pipeline.engine.sequence import Sequence
+from pipeline.toolcalls import before_calls
 from pipeline.verify.found_claim import FoundClaim
 from pipeline.verify.repair import Repair, closed_at, closed_false_claim, find_repair
 
@@ -92,15 +93,24 @@ class ClaimWatch:
             if final and not self._repairing:
                 continue  # a completed step's false claims are its fast verdict's: not read
             text = self.engine.tokenizer.decode(ids[seg[0] : seg[1]])
-            if not self._worth_reading(seg[0], text, final):
-                continue
-            repair = find_repair(text, final=final) if self._repairing else None
-            if repair is not None and (made := self._make(seg[0], text, repair, index)):
-                return made
-            # A completed step's false claims are its verdict's (the driver's fast verdict);
-            # one in the step being written is rolled back now.
-            if not final and (claim := closed_false_claim(text)) is not None:
-                return FalseClaim(index, seg[0], text, claim)
+            cut = before_calls(text)  # a tool call opened: read what precedes it, no further
+            found = self._read(seg[0], cut, final, index)
+            if found is not None or cut != text:
+                return found
+        return None
+
+    def _read(
+        self, start: int, text: str, final: bool, index: int
+    ) -> tuple[RepairMark, int] | FalseClaim | None:
+        if not self._worth_reading(start, text, final):
+            return None
+        repair = find_repair(text, final=final) if self._repairing else None
+        if repair is not None and (made := self._make(start, text, repair, index)):
+            return made
+        # A completed step's false claims are its verdict's (the driver's fast verdict);
+        # one in the step being written is rolled back now.
+        if not final and (claim := closed_false_claim(text)) is not None:
+            return FalseClaim(index, start, text, claim)
         return None
 
     @property

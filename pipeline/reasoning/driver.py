@@ -271,6 +271,8 @@ class ReasoningDriver:
         r = self.reasoner
         first = r.chain[-1].end if r.chain else self.seq.num_prompt_tokens
         assert self.watch is not None
+        if r.calls_begun():  # tool calls from here on: no claims to read
+            return []
         made = self.watch.scan(first, len(r.chain))
         if made is None or isinstance(made, FalseClaim):
             return made or []

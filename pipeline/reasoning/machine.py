@@ -60,6 +60,7 @@ from pipeline.reasoning.types import (
     normalize_answer,
     reseed,
 )
+from pipeline.toolcalls import before_calls
 from pipeline.verify.coverage import Tally
 
 
@@ -126,6 +127,11 @@ class Reasoner:
             return self.stop_reason
         return "answer" if finish_reason == "stop" else "max_tokens"
 
+    def calls_begun(self, upto: int | None = None) -> bool:
+        """Has a tool call opened in the chain's steps (before step `upto`)? From there on the
+        text is tool calls, not claims: verification reads none of it."""
+        return any(before_calls(s.text) != s.text for s in self.chain[:upto])
+
     def is_answer(self, text: str) -> bool:
         """Does this step state the final answer (in the model's format)?"""
         return self.config.format.is_answer_step(text, self.after_thinking)
@@ -145,8 +151,9 @@ class Reasoner:
         else:
             step.sent_s = now_s
             self.num_checks += 1
-            accepted = tuple(s.text for s in self.chain[:-1])
-            actions.append(Check(step.key, step.index, text, accepted))
+            accepted = tuple(before_calls(s.text) for s in self.chain[:-1])
+            checked = "" if self.calls_begun(len(self.chain) - 1) else before_calls(text)
+            actions.append(Check(step.key, step.index, checked, accepted))
         if self.is_answer(text) or self.phase != "think":
             return actions
         if self.max_steps is not None and len(self.chain) >= self.max_steps:

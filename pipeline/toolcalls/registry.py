@@ -30,6 +30,17 @@ FORMAT_PARSERS = {
 }
 
 
+# Every parser's call opener (not llama3_json's bare `{`): where a tool call begins in any
+# family's syntax. Verification reads nothing from there on (tool arguments are not claims).
+CALL_OPENERS = tuple(sorted({o for c in _CLASSES for o in c.openers if len(o) > 1}))
+
+
+def before_calls(text: str) -> str:
+    """`text` up to its first tool-call opener (all of it when there is none)."""
+    found = [i for i in (text.find(o) for o in CALL_OPENERS) if i >= 0]
+    return text[: min(found)] if found else text
+
+
 def get_parser(name: str) -> ToolParser:
     cls = _BY_ALIAS.get(name)
     if cls is None:

@@ -351,3 +351,23 @@ def test_a_mid_step_rollback_is_not_a_check_of_the_coverage_report():
     acts = r.on_false_claim(10, 16, "7 * 8 = 54 so", "false", claim, 0.0)
     assert only(acts, Note, "backtrack") and not only(acts, Note, "verdict")
     assert r.coverage() == machine().coverage()
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        '<tool_call>\n{"name": "calc", "arguments": {"expr": "2 + 2 = 5"}}\n</tool_call>',
+        '[TOOL_CALLS]calc{"expr": "2 + 2 = 5"}',
+        '<|tool_calls_section_begin|><|tool_call_begin|>functions.calc:0'
+        '<|tool_call_argument_begin|>{"expr": "2 + 2 = 5"}<|tool_call_end|>',
+    ],
+)
+def test_tool_call_arguments_are_never_read_as_claims(call):
+    """Verification reads a step up to a tool call's opener, and nothing after it: the
+    arguments' `2 + 2 = 5` is the tool's business, not a claim of the model's."""
+    r = machine()
+    (check,) = only(add_step(r, 10, "3 + 4 = 7, so I call the tool. " + call)[0], Check)
+    assert check.text == "3 + 4 = 7, so I call the tool. "
+    (later,) = only(add_step(r, 200, '"more": "9 * 9 = 80"}')[0], Check)  # inside the call
+    assert later.text == "" and r.calls_begun()
+    assert all("2 + 2" not in a for a in later.accepted)

@@ -358,7 +358,7 @@ def test_a_mid_step_rollback_is_not_a_check_of_the_coverage_report():
     [
         '<tool_call>\n{"name": "calc", "arguments": {"expr": "2 + 2 = 5"}}\n</tool_call>',
         '[TOOL_CALLS]calc{"expr": "2 + 2 = 5"}',
-        '<|tool_calls_section_begin|><|tool_call_begin|>functions.calc:0'
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.calc:0"
         '<|tool_call_argument_begin|>{"expr": "2 + 2 = 5"}<|tool_call_end|>',
     ],
 )

@@ -104,7 +104,7 @@ class PipelineConfig:
         concern="pipeline",
         flag="--tool-call-parser",
         help="how the model writes tool calls (vLLM's names: hermes, mistral, llama3_json, "
-        "deepseek_v3, kimi_k2); empty: the reasoning format's family, else hermes",
+        "deepseek_v3, kimi_k2, openai); empty: the reasoning format's family, else hermes",
     )
     dtype: str = setting("auto", env="DTYPE", concern="pipeline", choices=DTYPES,
                          help="weights' dtype")  # fmt: skip

@@ -29,6 +29,13 @@ class ToolParser:
     name: ClassVar[str]
     aliases: ClassVar[tuple[str, ...]] = ()
     openers: ClassVar[tuple[str, ...]]
+    # What marks a call in any text (verification reads nothing from there on); the openers,
+    # unless they also begin what is not a call (Harmony's headers, Llama's bare `{`).
+    call_marks: ClassVar[tuple[str, ...] | None] = None
+
+    @classmethod
+    def marks(cls) -> tuple[str, ...]:
+        return cls.openers if cls.call_marks is None else cls.call_marks
 
     def extract(self, text: str) -> Extracted:
         raise NotImplementedError

@@ -15,6 +15,7 @@ class Llama3JsonParser(ToolParser):
     name = "llama3_json"
     aliases = ("llama4_json",)
     openers = (TAG, "{")
+    call_marks = (TAG,)
 
     def extract(self, text: str) -> Extracted:
         decoder, calls, i = json.JSONDecoder(), [], 0

@@ -11,9 +11,10 @@ from pipeline.toolcalls.hermes import HermesParser
 from pipeline.toolcalls.kimi_k2 import KimiK2Parser
 from pipeline.toolcalls.llama3_json import Llama3JsonParser
 from pipeline.toolcalls.mistral import MistralParser
+from pipeline.toolcalls.openai import OpenAIParser
 
 _CLASSES: tuple[type[ToolParser], ...] = (
-    HermesParser, MistralParser, Llama3JsonParser, DeepSeekV3Parser, KimiK2Parser,
+    HermesParser, MistralParser, Llama3JsonParser, DeepSeekV3Parser, KimiK2Parser, OpenAIParser,
 )  # fmt: skip
 PARSERS: dict[str, type[ToolParser]] = {c.name: c for c in _CLASSES}
 _BY_ALIAS = {a: c for c in _CLASSES for a in (c.name, *c.aliases)}
@@ -27,12 +28,13 @@ FORMAT_PARSERS = {
     "mistral": "mistral",
     "kimi_k2": "kimi_k2",
     "deepseek_v3": "deepseek_v3",
+    "gpt_oss": "openai",
 }
 
 
 # Every parser's call opener (not llama3_json's bare `{`): where a tool call begins in any
 # family's syntax. Verification reads nothing from there on (tool arguments are not claims).
-CALL_OPENERS = tuple(sorted({o for c in _CLASSES for o in c.openers if len(o) > 1}))
+CALL_OPENERS = tuple(sorted({m for c in _CLASSES for m in c.marks()}))
 
 
 def before_calls(text: str) -> str:

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from pipeline.config import runtime
+from pipeline.models.r1_template import TEMPLATE_SHA
 
 SMOLLM2_DIRNAME = "smollm2-135m-instruct"
 R1_DIRNAME = "r1-reasoner"
@@ -59,6 +60,11 @@ def is_current(path: Path, adapter_dir: Path = R1_ADAPTER_DIR) -> bool:
     if not is_prepared(path) or not marker.is_file():
         return False
     try:
-        return json.loads(marker.read_text()).get("adapter_sha256") == adapter_sha(adapter_dir)
+        made = json.loads(marker.read_text())
     except (OSError, ValueError):
         return False
+    # (A template of another version is written again too: the merge is what redoes it.)
+    return (
+        made.get("adapter_sha256") == adapter_sha(adapter_dir)
+        and made.get("template_sha") == TEMPLATE_SHA
+    )

@@ -30,6 +30,7 @@ from pipeline.models.paths import (
     r1_dir,
     smollm2_dir,
 )
+from pipeline.models.r1_template import R1_CHAT_TEMPLATE, TEMPLATE_SHA
 
 if TYPE_CHECKING:
     import torch
@@ -179,9 +180,21 @@ def prepare_r1_reasoner(
             "adapter_sha256": adapter_sha(adapter_dir),
             "adapter_step": config.get("step"),
         }
+        marker["template_sha"] = TEMPLATE_SHA
         (tmp / "stepwise.json").write_text(json.dumps(marker, indent=2) + "\n")
+        set_chat_template(tmp, R1_CHAT_TEMPLATE)
 
     return write_model_dir(dest, fill)
+
+
+def set_chat_template(model_dir: Path, template: str) -> None:
+    """Give a model directory's tokenizer this chat template (both places readers look)."""
+    path = model_dir / "tokenizer_config.json"
+    config = json.loads(path.read_text())
+    config["chat_template"] = template
+    path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+    if (model_dir / "chat_template.jinja").is_file():
+        (model_dir / "chat_template.jinja").write_text(template)
 
 
 def merge_lora(

@@ -12,6 +12,7 @@ event loop of the same one (`core_client.ThreadCore`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 
@@ -225,6 +226,7 @@ class DecodeCore:
         params = handoff_params(h, token_limit(reasoning, len(h.token_ids), engine.max_model_len))
         if h.structured_output is not None:
             params.guided = guided_decoding(h.structured_output, engine, h.token_ids)
+            reasoning = dataclasses.replace(reasoning, answer_by_grammar=True)
         seq, kv_ack, kv = self.intake.take(h, params, self._stats)
         if marks is not None:
             marks.append(kv_mark(h, kv))

@@ -231,9 +231,12 @@ class Reasoner:
         self.exit_candidate = None
         dropped = len(self.chain) > index + 1  # steps decoded while the probe ran
         del self.chain[index + 1 :]
-        self.stop_reason, self.finished = "early_exit", True
         text = answer
         notes = [Note("backtrack", index + 1, text, None, f"early exit: {why}")] if dropped else []
+        if self.config.answer_by_grammar:
+            self.phase, self.stop_reason, self.held_finish = "answer", "early_exit", None
+            return [*notes, ForceAnswer(position), Resume()]
+        self.stop_reason, self.finished = "early_exit", True
         return [*notes, ExitWith(position, key)]
 
     def _verified_up_to(self, index: int) -> bool:

@@ -38,6 +38,9 @@ class ReasoningConfig:
     answer_tokens: int = 24  # greedy tokens for a forced or probed answer
     # Early exit.
     early_exit: bool = False
+    # A grammar writes the answer (structured output): an early exit closes the thinking and
+    # hands over to it, as budget forcing does, instead of writing the probed value.
+    answer_by_grammar: bool = False
     probe_every: int = 1  # probe after every n-th step (the budget's "probe effort"; 0: never)
     probe_agree: int = 2  # exit when this many consecutive probes give the same answer
     # ... or when one probe's mean token probability reaches this (None: off). Off by default:

@@ -371,3 +371,17 @@ def test_tool_call_arguments_are_never_read_as_claims(call):
     (later,) = only(add_step(r, 200, '"more": "9 * 9 = 80"}')[0], Check)  # inside the call
     assert later.text == "" and r.calls_begun()
     assert all("2 + 2" not in a for a in later.accepted)
+
+
+def test_under_a_grammar_an_early_exit_hands_the_answer_over():
+    """Structured output: the exit closes the thinking (ForceAnswer at the exit's position)
+    and the grammar writes the answer; the probed value is not written in, and the job's stop
+    reason is still the early exit."""
+    r = early(probe_agree=2, answer_by_grammar=True)
+    (p1,) = only(add_step(r, 10, "3 + 4 = 7")[0], Probe)
+    (p2,) = only(add_step(r, 19, "7 * 2 = 14")[0], Probe)
+    assert r.on_probe(p1.key, "14", 0.5, 3) == []
+    acts = r.on_probe(p2.key, "14", 0.6, 3)
+    assert not only(acts, ExitWith) and only(acts, ForceAnswer) == [ForceAnswer(p2.position)]
+    assert r.phase == "answer" and not r.finished and r.stop_reason == "early_exit"
+    assert r.on_finish("stop", None, 1.0)[-1] == Finish("early_exit")

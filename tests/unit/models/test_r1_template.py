@@ -19,8 +19,9 @@ CONVERSATIONS = [
     [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
      {"role": "user", "content": "c"}],
 ]  # fmt: skip
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Forecast",
-          "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]  # fmt: skip
+CITY = {"type": "object", "properties": {"city": {"type": "string"}}}
+WEATHER = {"name": "get_weather", "description": "Forecast", "parameters": CITY}
+TOOLS = [{"type": "function", "function": WEATHER}]
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +54,7 @@ def test_tools_and_tool_turns_render_the_hermes_way(tokenizer):
     text = render(tokenizer, messages, R1_CHAT_TEMPLATE, tools=TOOLS)
     assert text.startswith("<|im_start|>system\nBe brief.\n\n# Tools")
     assert json.dumps(TOOLS[0]) in text and text.count("<|im_start|>system") == 1
-    assert "<tool_response>\n{\"temp_c\": 21}\n</tool_response>" in text
+    assert '<tool_response>\n{"temp_c": 21}\n</tool_response>' in text
     turn = text.split("<|im_start|>assistant\n")[1].split("<|im_end|>")[0]
     (parsed,) = get_parser("hermes").extract(turn).calls  # our parser reads our template's call
     assert parsed.name == "get_weather" and json.loads(parsed.arguments) == {"city": "Paris"}

@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 import jsonschema  # noqa: E402
 
 from pipeline.engine import Engine, EngineConfig, SamplingParams  # noqa: E402
-from pipeline.engine.guided import GuidedDecoding, compile_grammar  # noqa: E402
+from pipeline.engine.grammar import GuidedDecoding, compile_grammar  # noqa: E402
 from pipeline.models.resolve import resolve_model  # noqa: E402
 
 WORDS = ["red", "green", "blue", "north", "south", "alpha", "beta", "gamma", "yes", "no"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pipeline.engine.guided import GuidedDecoding
+from pipeline.engine.grammar import GuidedDecoding
 from pipeline.errors import InvalidRequestError
 
 

@@ -39,7 +39,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict
 
 from pipeline import schema
-from pipeline.engine.guided import compile_grammar
+from pipeline.engine.grammar import compile_grammar
 from pipeline.errors import InvalidRequestError
 from pipeline.gateway.deps import GatewayDep, TenantDep
 from pipeline.gateway.hub import Subscription
@@ -116,6 +116,9 @@ def _message(i: int, m: ChatMessage) -> dict[str, Any]:
     for key in ("tool_calls", "tool_call_id", "name"):
         if extra.get(key) is not None:
             msg[key] = extra[key]
+    if "tool_calls" in extra and m.role != "assistant":
+        raise bad_request("only an assistant message carries tool_calls",
+                          f"messages[{i}].tool_calls")  # fmt: skip
     if m.role == "tool" and not isinstance(extra.get("tool_call_id"), str):
         raise bad_request("a tool message needs the `tool_call_id` it answers",
                           f"messages[{i}].tool_call_id")  # fmt: skip

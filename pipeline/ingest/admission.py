@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 
 from pipeline import schema
-from pipeline.engine.guided import compile_grammar
+from pipeline.engine.grammar import compile_grammar
 from pipeline.engine.tokenizer import Tokenizer
 from pipeline.errors import InvalidRequestError, PromptTooLongError
 from pipeline.toolcalls.forced import forced_schema

@@ -12,7 +12,7 @@ import math
 from dataclasses import replace
 
 from pipeline.engine import Engine, Request, SamplingParams
-from pipeline.engine.guided import handover
+from pipeline.engine.grammar import handover
 from pipeline.engine.sequence import Sequence
 from pipeline.reasoning.claim_watch import ClaimWatch, FalseClaim, token_at
 from pipeline.reasoning.machine import (

@@ -8,7 +8,7 @@ import json
 
 from pipeline import schema
 from pipeline.engine.base import StepEngine
-from pipeline.engine.guided import GuidedDecoding, compile_grammar
+from pipeline.engine.grammar import GuidedDecoding, compile_grammar
 from pipeline.errors import InvalidRequestError
 from pipeline.formats import ReasoningFormat
 

@@ -147,3 +147,112 @@ def test_stream_deltas_follow_include_and_stream_reasoning():
     assert held.reasoning("\n[backtrack to step 1]\n") != []  # after it: as it comes
     hidden = StreamDeltas(ChatRequest(model="m", messages=MSG, include_reasoning=False))
     assert hidden.reasoning("2 + 3") == [] and hidden.content("5") == [{"content": "5"}]
+
+
+# -- tools and structured output (issue 38) ------------------------------------------------
+
+CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": CITY}}
+
+
+def test_tools_and_tool_choice_map_onto_the_job():
+    j = job(tools=[TOOL])
+    assert j.tools[0].function.name == "get_weather" and j.tool_choice == "auto"
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    assert job(tools=[TOOL], tool_choice=named).tool_choice == "get_weather"
+    assert job(tools=[TOOL], tool_choice="required", parallel_tool_calls=False).tool_choice == (
+        "required"
+    )
+    for bad in ("sometimes", {"type": "function"}, {"type": "other", "function": {"name": "x"}}):
+        with pytest.raises(GatewayError) as e:
+            job(tools=[TOOL], tool_choice=bad)
+        assert e.value.status == 400 and e.value.field == "tool_choice"
+
+
+def test_tool_turns_reach_the_job():
+    call = {"id": "c1", "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}  # fmt: skip
+    msgs = [*MSG, {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": "21 C"}]  # fmt: skip
+    j = to_job(ChatRequest(model="m", messages=msgs, tools=[TOOL]), "m")
+    assert j.messages[1].tool_calls[0].function.arguments == '{"city": "Paris"}'
+    assert j.messages[1].content == "" and j.messages[2].role == "tool"
+    assert j.messages[2].tool_call_id == "c1"
+    with pytest.raises(GatewayError) as e:
+        to_job(ChatRequest(model="m", messages=[*MSG, {"role": "tool", "content": "x"}]), "m")
+    assert e.value.field == "messages[1].tool_call_id"
+
+
+@pytest.mark.parametrize(
+    "kwargs, kind, spec",
+    [
+        ({"response_format": {"type": "json_object"}}, "json_object", ""),
+        (
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "n", "schema": {"type": "object"}, "strict": True},
+                }
+            },
+            "json",
+            '{"type": "object"}',
+        ),  # fmt: skip
+        ({"structured_outputs": {"regex": "[0-9]+"}}, "regex", "[0-9]+"),
+        ({"structured_outputs": {"choice": ["a", "b"]}}, "choice", '["a", "b"]'),
+        ({"structured_outputs": {"grammar": 'start: "x"'}}, "grammar", 'start: "x"'),
+    ],
+)
+def test_structured_output_maps_onto_the_job(kwargs, kind, spec):
+    so = job(**kwargs).structured_output
+    assert so.kind == kind and so.spec == spec
+    assert job(response_format={"type": "text"}).structured_output is None
+
+
+@pytest.mark.parametrize(
+    "kwargs, field, says",
+    [
+        ({"response_format": {"type": "nonsense"}}, "response_format.type", "must be"),
+        ({"response_format": {"type": "json_schema"}}, "response_format.json_schema", "schema"),
+        (
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {
+                        "schema": {"type": "object", "properties": {"a": {"type": "zzz"}}}
+                    },
+                }
+            },
+            "response_format",
+            "invalid json",
+        ),  # fmt: skip
+        ({"structured_outputs": {"regex": "("}}, "structured_outputs", "invalid regex"),
+        ({"structured_outputs": {"regex": "a", "choice": ["a"]}}, "structured_outputs", "one of"),
+        ({"structured_outputs": {"yaml": "a"}}, "structured_outputs", "one of"),
+        (
+            {"response_format": {"type": "json_object"}, "structured_outputs": {"regex": "a"}},
+            "structured_outputs",
+            "not both",
+        ),  # fmt: skip
+        ({"logit_bias": {"abc": 1000}}, "logit_bias", "not supported"),
+    ],
+)
+def test_structured_output_that_cannot_be_honoured_is_a_400(kwargs, field, says):
+    with pytest.raises(GatewayError) as e:
+        job(**kwargs)
+    assert e.value.status == 400 and e.value.field == field and says in str(e.value)
+
+
+def test_a_result_with_tool_calls_is_a_tool_calls_message():
+    from pipeline.gateway.openai_api import finish_reason, tool_call_deltas
+
+    call = schema.ToolCall(
+        id="chatcmpl-tool-1", function=schema.FunctionCall(name="f", arguments='{"x": 1}')
+    )
+    result = schema.Result(id="j", status="ok", content="", tool_calls=[call], ts_ms=1)
+    msg = response_message(ChatRequest(model="m", messages=MSG), result)
+    assert msg["content"] is None and msg["tool_calls"][0]["function"]["name"] == "f"
+    assert finish_reason(result) == "tool_calls"
+    head, args = tool_call_deltas(0, call)
+    assert head["tool_calls"][0]["id"] == "chatcmpl-tool-1"
+    assert head["tool_calls"][0]["function"] == {"name": "f", "arguments": ""}
+    assert args["tool_calls"][0] == {"index": 0, "function": {"arguments": '{"x": 1}'}}

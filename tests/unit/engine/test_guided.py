@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 
 from pipeline.engine import Engine, EngineConfig, Request, SamplingParams
-from pipeline.engine.guided import GuidedDecoding, compile_grammar
+from pipeline.engine.grammar import GuidedDecoding, compile_grammar
 from pipeline.errors import InvalidRequestError
 from tests.model_factory import make_format_model
 

@@ -24,8 +24,6 @@ import torch
 
 from pipeline.engine.grammar import GuidedDecoding
 
-_SHIFTS = torch.arange(32, dtype=torch.int32)
-
 
 class Guide:
     """One sequence's grammar state: where the grammar began, and a matcher that has consumed
@@ -108,23 +106,20 @@ class GuideSet:
         return Guide(spec, self.tokenizer, self.texts, start)
 
     def mask(self, logits: torch.Tensor, guides: list[tuple[int, Guide]]) -> None:
-        """Set to -inf, in place, every logit a row's grammar does not allow next. (The
-        bitmask is unpacked here: `llguidance.torch` would import Triton into every engine.)"""
-        if not guides:
-            return
+        """Rule out, in place, every token a row's grammar does not allow next. (llguidance's
+        byte per token, read as is: `llguidance.torch` would import Triton into every engine,
+        and unpacking its bitmask costs more than the mask.)"""
         vocab = self.tokenizer.vocab_size
-        words = torch.stack(
-            [torch.frombuffer(bytearray(g.matcher.compute_bitmask()), dtype=torch.int32)
-             for _, g in guides]
-        )  # fmt: skip
-        bits = (words[:, :, None] >> _SHIFTS) & 1  # [rows, words, 32]: bit i of word w
-        allowed = bits.reshape(len(guides), -1)[:, :vocab].bool().to(logits.device)
-        rows = torch.tensor([row for row, _ in guides], device=logits.device)
         width = min(vocab, logits.shape[1])
-        sub = logits[rows]
-        sub[:, :width] = sub[:, :width].masked_fill(~allowed[:, :width], float("-inf"))
-        sub[:, width:] = float("-inf")  # padded embedding rows past the tokenizer's vocabulary
-        logits[rows] = sub
+        # The dtype's lowest value, not -inf: a probability of exactly 0 all the same, and the
+        # entropy (p * logit summed) stays a number where -inf would make it NaN.
+        low = torch.finfo(logits.dtype).min
+        for row, guide in guides:
+            allowed = torch.frombuffer(
+                bytearray(guide.matcher.compute_logit_bias()), dtype=torch.uint8
+            )
+            logits[row, :width].masked_fill_(allowed[:width].to(logits.device) == 0, low)
+            logits[row, width:] = low  # padded embedding rows past the vocabulary
 
 
 class _TextTokens:

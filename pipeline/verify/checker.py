@@ -277,6 +277,9 @@ class Checker:
         if kind == IDENTITY:
             return self._check_identity(rel, deadline)
         verdict = self._check_relation(rel, context, deadline, kind == ARITHMETIC, after)
+        if claim.units_mismatch and verdict.verdict != CONTRADICTED:
+            detail = f"{rel.text}: the units do not match ({claim.units_mismatch})"
+            return StepVerdict(CONTRADICTED, "", _short(detail))
         if verdict.verdict == CONTRADICTED and claim.converted is not None:
             # "75 cents * 4 = 3 dollars": false as written, true with its units converted.
             other = self._check_relation(claim.converted, context, deadline, kind == ARITHMETIC)

@@ -26,6 +26,9 @@ class FoundClaim:
     # The relation with every quantity in one unit, when its units mix scales of one
     # dimension (`1 hour + 30 minutes = 90 minutes`): the claim holds if either reading does.
     converted: Relation | None = None
+    # Its sides measure different things (`60 km/hr * 2 hours = 120 minutes`): the numbers
+    # may hold, the claim does not (prose_units.dimension_mismatch says why).
+    units_mismatch: str = ""
 
 
 def relations(claims: tuple[FoundClaim, ...]) -> list[Relation]:

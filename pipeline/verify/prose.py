@@ -63,6 +63,7 @@ from pipeline.verify.prose_tokens import (
     Token,
     tokenize,
 )
+from pipeline.verify.prose_units import dimension_mismatch
 
 __all__ = ["LIMIT", "UNPARSEABLE", "UNSUPPORTED", "FoundClaim", "find_claims", "relations"]
 
@@ -309,7 +310,8 @@ def _segment_claims(
         if names:  # "(3/4)*number of novels": the unknown is called by its words
             pl, pr = renamed(pl, names), renamed(pr, names)  # type: ignore[arg-type]
         rel = Relation(pl, op.math, pr, text)  # type: ignore[arg-type]
-        out.append(FoundClaim(text, (s, e), rel, converted=converted))
+        mismatch = dimension_mismatch(left, right) if op.math == "=" else ""
+        out.append(FoundClaim(text, (s, e), rel, converted=converted, units_mismatch=mismatch))
     return out
 
 

@@ -231,3 +231,87 @@ def converted_texts(sides: list[list[Token]]) -> list[str] | None:
                 parts.append(f"({t.math} * {s.numerator} / {s.denominator})")
         texts.append(" ".join(parts))
     return texts
+
+
+# ---- dimensions ---------------------------------------------------------------------------------
+
+Dimension = dict[str, int]  # base dimension -> power ({} : a plain number)
+_RATES = {"mph": {"length": 1, "time": -1}, "kph": {"length": 1, "time": -1}}
+_PER = frozenset({"per", "a", "an", "every"})
+
+
+def _unit_dimension(unit: str) -> Dimension | None:
+    """`km` {length: 1}; `km/h`, `miles per hour` {length: 1, time: -1}; None: a unit we do not
+    know (`apples`), whose dimension cannot be told."""
+    unit = unit.strip().lower()
+    if unit in _RATES:
+        return dict(_RATES[unit])
+    words = unit.replace("/", " / ").split()
+    if len(words) == 3 and (words[1] == "/" or words[1] in _PER):
+        top, bottom = unit_scale(words[0]), unit_scale(words[2])
+        if top is None or bottom is None:
+            return None
+        out: Dimension = {top[0]: 1}
+        out[bottom[0]] = out.get(bottom[0], 0) - 1
+        return {k: v for k, v in out.items() if v}
+    known = unit_scale(unit)
+    return None if known is None else {known[0]: 1}
+
+
+def _token_dimension(t: Token) -> Dimension | None:
+    if t.unit in ("", "%", "percent"):
+        return {"money": 1} if t.dollars else {}
+    words = t.unit.lower().split()
+    if t.dollars and len(words) == 2 and words[0] in _PER:  # "$5 an hour"
+        time = unit_scale(words[1])
+        return None if time is None else {"money": 1, time[0]: -1}
+    if t.dollars:
+        return None  # "$5 apples": a unit beside the currency we cannot read
+    return _unit_dimension(t.unit)
+
+
+def side_dimension(side: list[Token]) -> Dimension | None:
+    """The dimension of a flat arithmetic side (numbers with units, `+ - * /`); None when it
+    cannot be told: a unit we do not know, parentheses or letters, or terms of a sum whose
+    dimensions differ."""
+    terms: list[Dimension] = []
+    current: Dimension = {}
+    power = 1
+    for t in side:
+        if t.kind == NUM:
+            d = _token_dimension(t)
+            if d is None:
+                return None
+            for k, v in d.items():
+                current[k] = current.get(k, 0) + power * v
+            power = 1
+        elif t.kind == OP and t.math in ("*", "×", "·"):
+            power = 1
+        elif t.kind == OP and t.math in ("/", "÷"):
+            power = -1
+        elif t.kind == OP and t.math in ("+", "-"):
+            terms.append(current)
+            current, power = {}, 1
+        elif not (t.kind == OP and t.math == "%"):
+            return None
+    terms.append(current)
+    dims = [{k: v for k, v in d.items() if v} for d in terms]
+    measured = [d for d in dims if d]
+    if any(d != measured[0] for d in measured[1:]):
+        return None
+    return measured[0] if measured else {}
+
+
+def dimension_mismatch(left: list[Token], right: list[Token]) -> str:
+    """Why `left = right` cannot hold for its units, or "": both sides measured, and in no
+    dimension alike (`60 km/hr * 2 hours = 120 minutes`: a length is not a time). Sides that
+    share a dimension pass, written loosely as they often are (`3 hours * $10 = $30`, a rate
+    left implicit), and so does a side without units."""
+    a, b = side_dimension(left), side_dimension(right)
+    if not a or not b or set(a) & set(b):
+        return ""
+    return f"{_describe(a)} on the left, {_describe(b)} on the right"
+
+
+def _describe(d: Dimension) -> str:
+    return " * ".join(k if v == 1 else f"{k}^{v}" for k, v in sorted(d.items()))

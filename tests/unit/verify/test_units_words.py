@@ -143,3 +143,58 @@ def test_a_named_quantity_makes_an_equation_not_a_cut_claim():
     assert checker.check("And 5 = 2 * number of novels she wrote this year").verdict == K
     step = "Then (2/3)* original amount = 192, and 192 / (2/3) = 288."
     assert [c.verdict for c in Checker().check(step).claims] == [K, E]
+
+
+# -- dimensions: the numbers may hold while the units do not (issue 36, item 1) --------------
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        "60 km/hr * 2 hours = 120 minutes",
+        "60 miles per hour * 2 hours = 120 minutes",
+        "3 kg * 2 = 6 hours",
+        "He drives 40 km/h for 3 hours, so 40 km/h * 3 hours = 120 hours.",
+    ],
+)
+def test_sides_that_measure_different_things_are_contradicted(step):
+    from pipeline.verify.checker import Checker
+
+    v = Checker().check(step)
+    assert v.verdict == "contradicted" and "units do not match" in v.detail
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        "60 km/hr * 2 hours = 120 km",
+        "3 hours * $10 = $30",  # a rate left implicit: loose, not wrong
+        "2 hours * 60 minutes = 120 minutes",
+        "120 miles / 60 mph = 2 hours",
+        "1 hour + 30 minutes = 90 minutes",
+        "16 eggs per day * 7 days = 112 eggs",
+        "4 kg * 3 = 12 kg",
+        "20 minutes * 3 = 60",
+        "5 apples + 3 apples = 8 apples",
+    ],
+)
+def test_sides_alike_or_unmeasured_are_judged_on_their_numbers(step):
+    from pipeline.verify.checker import Checker
+
+    assert Checker().check(step).verdict == "entailed"
+
+
+def test_side_dimensions():
+    from pipeline.verify.prose_tokens import NUM, OP, Token
+    from pipeline.verify.prose_units import dimension_mismatch, side_dimension
+
+    def num(unit: str = "", dollars: bool = False) -> Token:
+        return Token(NUM, "1", 0, 1, unit=unit, dollars=dollars)
+
+    times = Token(OP, "*", 0, 1)
+    plus = Token(OP, "+", 0, 1)
+    assert side_dimension([num("km/h"), times, num("hours")]) == {"length": 1}
+    assert side_dimension([num("hours"), plus, num("km")]) is None  # a sum of unlikes
+    assert side_dimension([num("apples")]) is None  # a unit we cannot measure
+    assert side_dimension([num(dollars=True)]) == {"money": 1}
+    assert dimension_mismatch([num("km")], [num()]) == ""  # a bare number: nothing to compare

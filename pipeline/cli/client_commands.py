@@ -44,6 +44,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
                         print(f"  <- backtrack to step {msg.step}: {msg.detail}")
                     elif msg.kind == "repair":
                         print(f"  ~ repaired in step {msg.step}: {msg.detail}")
+                    elif msg.kind == "tool_call" and msg.tool_call is not None:
+                        f = msg.tool_call.function
+                        print(f"  tool call {msg.tool_call.id}: {f.name}({f.arguments})")
                     elif msg.kind == "accepted":
                         print("  accepted")
                 else:
@@ -52,6 +55,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
                         f"tokens={msg.usage.completion_tokens}  e2e={msg.timings.e2e_ms} ms  "
                         f"backtracks={msg.usage.backtracks}  stop={msg.budget.stop_reason}"
                     )
+                    for call in msg.tool_calls:
+                        print(f"  tool call: {call.function.name}({call.function.arguments})")
                     if msg.error:
                         print(f"  error [{msg.error.code}]: {msg.error.message}")
                     return 0 if msg.status in ("ok", "cached") else 1

@@ -100,6 +100,9 @@ class StreamView:
             # a value replaced in the step being written: its step event shows the new text
             self.rows.append(Row(-2, f"repaired in step {e.step + 1}: {e.detail}"))
             self.draft = ""
+        elif e.kind == "tool_call" and e.tool_call is not None:
+            f = e.tool_call.function
+            self.rows.append(Row(-3, f"tool call: {f.name}({f.arguments})"))
         elif e.kind == "final":
             self.answer = e.text
             self.draft = ""
@@ -113,6 +116,8 @@ class StreamView:
     def _row(self, row: Row) -> Text:
         if row.index == -2:  # a repair
             return Text(f"   ✎ {row.text}", style="cyan")
+        if row.index == -3:  # a tool call the model made
+            return Text(f"   ⚙ {row.text}", style="magenta")
         if row.index < 0:
             line = Text(f"   ↩ {row.text}", style="yellow")
             if row.detail:

@@ -234,3 +234,12 @@ def test_a_repair_event_is_shown_before_its_step_and_is_no_backtrack():
     repaired = "   ✎ repaired in step 1: 27 -> 28: 14 * 2 = 27"
     assert lines[1:3] == [repaired, "  1. So 14 * 2 = 28. ✓"]
     assert view.num_backtracks == 0
+
+
+def test_a_tool_call_event_is_shown():
+    view = StreamView()
+    view.apply(decode(ev(0, "accepted")))
+    call = {"id": "chatcmpl-tool-1", "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}  # fmt: skip
+    view.apply(decode(ev(1, "tool_call", step=0, tool_call=call)))
+    assert '⚙ tool call: get_weather({"city": "Paris"})' in render(view)

@@ -216,6 +216,13 @@ def validate_job(job: Job, limits: Limits = DEFAULT_LIMITS) -> None:
             if m.reasoning_content is not None and m.role != "assistant":
                 field = f"messages[{i}].reasoning_content"
                 raise fail(INVALID_FIELD, field, f"`{field}`: only an assistant turn has reasoning")
+            if m.tool_calls is not None and m.role != "assistant":
+                field = f"messages[{i}].tool_calls"
+                raise fail(INVALID_FIELD, field, f"`{field}`: only an assistant turn calls tools")
+            if (m.role == "tool") != (m.tool_call_id is not None):
+                field = f"messages[{i}].tool_call_id"
+                raise fail(INVALID_FIELD, field, f"`{field}`: a tool turn, and only one, names "
+                           "the call it answers")  # fmt: skip
     if num_chars > limits.max_prompt_chars:
         raise fail(
             TOO_LARGE,

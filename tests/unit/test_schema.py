@@ -294,10 +294,42 @@ BAD_JOBS = [
     (as_json(job_dict(messages=[])), JSON, "invalid_field", "prompt", "j1"),
     (as_json({"id": "j1", "messages": []}), JSON, "invalid_field", "messages", "j1"),
     (
-        as_json({"id": "j1", "messages": [{"role": "tool", "content": "x"}]}),
+        as_json({"id": "j1", "messages": [{"role": "robot", "content": "x"}]}),
         JSON,
         "invalid_field",
         "messages[0].role",
+        "j1",
+    ),
+    (  # a tool's result says which call it answers
+        as_json({"id": "j1", "messages": [{"role": "tool", "content": "x"}]}),
+        JSON,
+        "invalid_field",
+        "messages[0].tool_call_id",
+        "j1",
+    ),
+    (
+        as_json(
+            {
+                "id": "j1",
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": "x",
+                        "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{}"}}],
+                    }
+                ],
+            }
+        ),
+        JSON,
+        "invalid_field",
+        "messages[0].tool_calls",
+        "j1",
+    ),  # fmt: skip
+    (
+        as_json({"id": "j1", "prompt": "x", "tool_choice": "not a name"}),
+        JSON,
+        "invalid_field",
+        "tool_choice",
         "j1",
     ),
     (

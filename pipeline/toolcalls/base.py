@@ -4,6 +4,8 @@ the calls (name, JSON arguments) and the content around them from a whole text."
 from __future__ import annotations
 
 import json
+import re
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -21,7 +23,7 @@ class Extracted:
     calls: list[ParsedCall] = field(default_factory=list)
 
 
-class ToolParser:
+class ToolParser(ABC):
     """One model family's tool-call syntax. `extract` reads a whole output; streaming
     (stream.py) holds text from the first opener on and asks `complete_prefix` how much of the
     held region holds only finished calls."""
@@ -32,23 +34,63 @@ class ToolParser:
     # What marks a call in any text (verification reads nothing from there on); the openers,
     # unless they also begin what is not a call (Harmony's headers, Llama's bare `{`).
     call_marks: ClassVar[tuple[str, ...] | None] = None
+    call_end: ClassVar[str] = ""  # what closes one call ("": only the output's end does)
 
     @classmethod
     def marks(cls) -> tuple[str, ...]:
         return cls.openers if cls.call_marks is None else cls.call_marks
 
+    @abstractmethod
     def extract(self, text: str) -> Extracted:
-        raise NotImplementedError
+        """The calls of a whole output, and the content around them."""
 
     def complete_prefix(self, region: str) -> int:
         """How much of `region` (text from the first opener on) holds only calls that are
-        finished; 0 where a call's end is known only at the end of the output."""
-        return 0
+        finished: up to the last `call_end`; 0 where a call's end is known only at the end of
+        the output."""
+        end = region.rfind(self.call_end) if self.call_end else -1
+        return 0 if end < 0 else end + len(self.call_end)
 
     @staticmethod
     def first_opener(text: str, openers: tuple[str, ...]) -> int:
         found = [i for i in (text.find(o) for o in openers) if i >= 0]
         return min(found) if found else -1
+
+
+class MatchedCalls(ToolParser):
+    """A syntax whose calls a pattern matches one by one from the first opener on; the content
+    is the text before it. `strict`: an unreadable call (or none at all) leaves the whole output
+    as content, as vLLM's hermes and deepseek_v3 parsers do; else it is skipped (kimi_k2)."""
+
+    pattern: ClassVar[re.Pattern[str]]
+    strict: ClassVar[bool] = True
+
+    @abstractmethod
+    def call(self, m: re.Match[str]) -> ParsedCall | None:
+        """The call one match holds; None if it is unreadable."""
+
+    def extract(self, text: str) -> Extracted:
+        start = self.first_opener(text, self.openers)
+        if start < 0:
+            return Extracted(text)
+        calls = []
+        for m in self.pattern.finditer(text, start):
+            call = self.call(m)
+            if call is None and self.strict:
+                return Extracted(text)
+            if call is not None:
+                calls.append(call)
+        if not calls and self.strict:
+            return Extracted(text)
+        return Extracted(content_or_none(text[:start]), calls)
+
+
+def json_arguments(text: str) -> str | None:
+    """`arguments_text` of a JSON text; None if it is not JSON."""
+    try:
+        return arguments_text(json.loads(text))
+    except json.JSONDecodeError:
+        return None
 
 
 def arguments_text(value: Any) -> str | None:

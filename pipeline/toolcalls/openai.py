@@ -26,6 +26,7 @@ class OpenAIParser(ToolParser):
     aliases = ("gpt_oss", "harmony")
     openers = (START, CHANNEL)
     call_marks = ("to=functions.",)
+    call_end = "<|call|>"
 
     def extract(self, text: str) -> Extracted:
         calls, kept, at = [], [], 0
@@ -42,7 +43,3 @@ class OpenAIParser(ToolParser):
         kept.append(text[at:])
         rest = _SPECIAL.sub("", "".join(kept))
         return Extracted(content_or_none(rest.strip()), calls)
-
-    def complete_prefix(self, region: str) -> int:
-        end = region.rfind("<|call|>")
-        return 0 if end < 0 else end + len("<|call|>")

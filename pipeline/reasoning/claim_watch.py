@@ -143,7 +143,7 @@ class ClaimWatch:
         self, start: int, text: str, repair: Repair, step: int
     ) -> tuple[RepairMark, int] | None:
         seq, engine, tok = self.seq, self.engine, self.engine.tokenizer
-        if getattr(seq, "guide", None) is not None and seq.guide.active:  # a grammar holds it
+        if seq.guide is not None and seq.guide.active:  # a grammar holds the text: no rewrite
             self.num_refused += 1
             return None
         a = repair.span[0]

@@ -309,7 +309,7 @@ class ReasoningDriver:
         text = self.format.force_text(self.output_text(seq.num_tokens), self.prompt_text)
         room = cfg.answer_tokens
         if seq.params.guided is not None:  # the grammar writes the answer: close the thinking
-            text = handover(text, seq.params.guided, getattr(seq, "guide", None))
+            text = handover(text, seq.params.guided, seq.guide)
             room = max(room, GUIDED_ANSWER_TOKENS)
         ids = self.engine.tokenizer.encode(text, add_special_tokens=False) if text else []
         if seq.num_tokens + len(ids) + 1 >= self.engine.max_model_len:

@@ -60,7 +60,6 @@ from pipeline.reasoning.types import (
     normalize_answer,
     reseed,
 )
-from pipeline.toolcalls import before_calls
 from pipeline.verify.coverage import Tally
 
 
@@ -130,7 +129,7 @@ class Reasoner:
     def calls_begun(self, upto: int | None = None) -> bool:
         """Has a tool call opened in the chain's steps (before step `upto`)? From there on the
         text is tool calls, not claims: verification reads none of it."""
-        return any(before_calls(s.text) != s.text for s in self.chain[:upto])
+        return any(s.opens_call for s in self.chain[:upto])
 
     def is_answer(self, text: str) -> bool:
         """Does this step state the final answer (in the model's format)?"""
@@ -151,8 +150,8 @@ class Reasoner:
         else:
             step.sent_s = now_s
             self.num_checks += 1
-            accepted = tuple(before_calls(s.text) for s in self.chain[:-1])
-            checked = "" if self.calls_begun(len(self.chain) - 1) else before_calls(text)
+            accepted = tuple(s.checked for s in self.chain[:-1])
+            checked = "" if self.calls_begun(len(self.chain) - 1) else step.checked
             actions.append(Check(step.key, step.index, checked, accepted))
         if self.is_answer(text) or self.phase != "think":
             return actions

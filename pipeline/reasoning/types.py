@@ -10,6 +10,7 @@ from typing import Any
 
 from pipeline import schema
 from pipeline.formats import ReasoningFormat, get_format
+from pipeline.toolcalls import before_calls
 
 VERIFY_MODES = schema.VERIFY_MODES
 CONTRADICTED = "contradicted"
@@ -74,6 +75,16 @@ class Step:
     verdict: str | None = None  # None: the verdict is pending
     detail: str = ""
     claims: Sequence[Any] = ()  # the verifier's per-claim verdicts (.verdict, .reason, spans)
+    # The text up to a tool call's opener (all of it without one): what verification may read.
+    # Read once here; the machine asks of every step whether a call has begun.
+    checked: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.checked = before_calls(self.text)
+
+    @property
+    def opens_call(self) -> bool:
+        return len(self.checked) != len(self.text)
 
 
 # -- what the machine asks for -------------------------------------------------------------

@@ -90,15 +90,15 @@ def channel_events(run: JobRun, parts: Split, now_ms: int) -> list[schema.Event]
     content, calls = parts.content, []
     if run.tools is not None and content:
         content, calls = run.tools.feed(content)
-    if content:
-        events.append(run.event("token", now_ms, text=content, channel="content"))
-    return events + tool_call_events(run, calls, now_ms)
+    return events + content_events(run, content, calls, now_ms)
 
 
-def tool_call_events(
-    run: JobRun, calls: list[tuple[int, schema.ToolCall]], now_ms: int
+def content_events(
+    run: JobRun, content: str, calls: list[tuple[int, schema.ToolCall]], now_ms: int
 ) -> list[schema.Event]:
-    return [run.event("tool_call", now_ms, step=i, tool_call=call) for i, call in calls]
+    """Content as a token event, then each finished tool call as a `tool_call` event."""
+    events = [run.event("token", now_ms, text=content, channel="content")] if content else []
+    return events + [run.event("tool_call", now_ms, step=i, tool_call=c) for i, c in calls]
 
 
 def outward(
@@ -145,10 +145,7 @@ def finish(
     if run.splitter is not None:  # held back until now (a marker prefix, plain's last paragraph)
         events += channel_events(run, run.splitter.flush(), now_ms)
         if run.tools is not None:  # a call the end of the output finished, content held back
-            content, calls = run.tools.flush()
-            if content:
-                events.append(run.event("token", now_ms, text=content, channel="content"))
-            events += tool_call_events(run, calls, now_ms)
+            events += content_events(run, *run.tools.flush(), now_ms)
     events += outward(run, run.driver.flush(), tokenizer, now_ms)[0]
     text = tokenizer.decode(seq.output_token_ids)
     fmt, prompt = run.driver.format, run.driver.prompt_text

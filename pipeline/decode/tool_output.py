@@ -8,7 +8,14 @@ import hashlib
 import json
 
 from pipeline import schema
-from pipeline.toolcalls import ParsedCall, ToolCallStream, ToolParser, get_parser, parser_for_format
+from pipeline.toolcalls import (
+    CallDelta,
+    ParsedCall,
+    ToolCallStream,
+    ToolParser,
+    get_parser,
+    parser_for_format,
+)
 
 FALLBACK_PARSER = "hermes"  # Qwen's and Hermes' `<tool_call>` JSON: the most common syntax
 
@@ -74,11 +81,14 @@ class ToolOutput:
             self.held.append(content)
             return "", []
         text, done = self.stream.feed(content)
-        return text, [(d.index, self.wire(d.index, d.call)) for d in done]
+        return text, self._wired(done)
 
     def flush(self) -> tuple[str, list[tuple[int, schema.ToolCall]]]:
         if self.mode == "forced":
             content, calls = self.whole("".join(self.held))
             return content, list(enumerate(calls))
         text, done = self.stream.flush()
-        return text, [(d.index, self.wire(d.index, d.call)) for d in done]
+        return text, self._wired(done)
+
+    def _wired(self, done: list[CallDelta]) -> list[tuple[int, schema.ToolCall]]:
+        return [(d.index, self.wire(d.index, d.call)) for d in done]

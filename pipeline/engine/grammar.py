@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 import llguidance
 
+from pipeline import schema
 from pipeline.errors import InvalidRequestError
 
 GRAMMAR_KINDS = ("json", "json_object", "regex", "choice", "grammar")
@@ -29,10 +30,12 @@ class GuidedDecoding:
     after: tuple[str, ...] = ()
 
 
-def compile_grammar(kind: str, spec: Any) -> str:
+def compile_grammar(kind: str, spec: Any, validate: bool = True) -> str:
     """llguidance's grammar for a structured-output request: `json` (a JSON schema, as an
     object or its text), `json_object` (any JSON object), `regex`, `choice` (a list of
-    strings) or `grammar` (Lark, llguidance's dialect). InvalidRequestError says why not."""
+    strings) or `grammar` (Lark, llguidance's dialect). InvalidRequestError says why not.
+    `validate=False` skips llguidance's check (a request ingest admitted was checked there):
+    the engine's matcher compiles the grammar anyway."""
     try:
         if kind == "json":
             schema = json.loads(spec) if isinstance(spec, str) else spec
@@ -57,10 +60,21 @@ def compile_grammar(kind: str, spec: Any) -> str:
             raise InvalidRequestError(f"unknown structured output {kind!r}")
     except (ValueError, TypeError, json.JSONDecodeError) as exc:
         raise InvalidRequestError(f"invalid {kind}: {exc}") from None
-    error = llguidance.LLMatcher.validate_grammar(grammar)
+    error = llguidance.LLMatcher.validate_grammar(grammar) if validate else ""
     if error:
         raise InvalidRequestError(f"invalid {kind}: {error.strip().splitlines()[0]}")
     return grammar
+
+
+def job_grammar(so: schema.StructuredOutput, validate: bool = True) -> str:
+    """The grammar of a Job's structured output (a choice's list travels as JSON text)."""
+    spec: Any = so.spec
+    if so.kind == "choice":
+        try:
+            spec = json.loads(so.spec)
+        except json.JSONDecodeError:
+            raise InvalidRequestError("choice must be a JSON list of strings") from None
+    return compile_grammar(so.kind, spec, validate)
 
 
 def handover(force_text: str, spec: GuidedDecoding, guide: _Guide | None) -> str:

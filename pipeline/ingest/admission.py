@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 
 from pipeline import schema
-from pipeline.engine.grammar import compile_grammar
+from pipeline.engine.grammar import job_grammar
 from pipeline.engine.tokenizer import Tokenizer
 from pipeline.errors import InvalidRequestError, PromptTooLongError
 from pipeline.toolcalls.forced import forced_schema
@@ -84,17 +84,11 @@ def tool_plan(job: schema.Job) -> tuple[str, schema.StructuredOutput | None]:
 
 
 def check_structured_output(so: schema.StructuredOutput | None) -> None:
+    """The one check of a structured output (prefill and decode compile it unchecked)."""
     if so is None:
         return
-    spec: Any = so.spec
-    if so.kind == "choice":
-        try:
-            spec = json.loads(so.spec)
-        except json.JSONDecodeError:
-            raise InvalidRequestError("choice must be a JSON list of strings",
-                                      field="structured_output") from None  # fmt: skip
     try:
-        compile_grammar(so.kind, spec)
+        job_grammar(so)
     except InvalidRequestError as exc:
         raise InvalidRequestError(str(exc), field="structured_output") from None
 

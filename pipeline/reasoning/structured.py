@@ -4,11 +4,9 @@ format without thinking, is held from the first token)."""
 
 from __future__ import annotations
 
-import json
-
 from pipeline import schema
 from pipeline.engine.base import StepEngine
-from pipeline.engine.grammar import GuidedDecoding, compile_grammar
+from pipeline.engine.grammar import GuidedDecoding, job_grammar
 from pipeline.errors import InvalidRequestError
 from pipeline.formats import ReasoningFormat
 
@@ -29,13 +27,6 @@ def guided_decoding(
             "structured output and forced tool calls run on the native engine only "
             "(not yet passed to --engine vllm)"
         )
-    spec = compile_grammar(so.kind, schema_spec(so))
+    spec = job_grammar(so, validate=False)  # ingest checked it
     prompt = engine.tokenizer.decode(prompt_ids, skip_special_tokens=False)
     return GuidedDecoding(spec, grammar_start(engine.reasoning_format, prompt))
-
-
-def schema_spec(so: schema.StructuredOutput) -> object:
-    """The spec as compile_grammar reads it (a choice's list travels as JSON text)."""
-    if so.kind == "choice":
-        return json.loads(so.spec)
-    return so.spec

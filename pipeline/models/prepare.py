@@ -179,8 +179,8 @@ def prepare_r1_reasoner(
             "reasoning_format": R1_FORMAT,
             "adapter_sha256": adapter_sha(adapter_dir),
             "adapter_step": config.get("step"),
+            "template_sha": TEMPLATE_SHA,
         }
-        marker["template_sha"] = TEMPLATE_SHA
         (tmp / "stepwise.json").write_text(json.dumps(marker, indent=2) + "\n")
         set_chat_template(tmp, R1_CHAT_TEMPLATE)
 

@@ -2,8 +2,8 @@
 commit) against pipeline/toolcalls: the whole output's calls and content as vLLM expects them,
 and the same calls and content when the output is streamed in pieces of any size.
 
-Where our parsers deliberately differ from vLLM's, the case is listed in DIFFERENCES with the
-reason (docs/gateway.md repeats them)."""
+Where our parsers deliberately differ from vLLM's, the case is listed in OURS with the reason
+and what we expect instead, and that is asserted (docs/gateway.md repeats them)."""
 
 from __future__ import annotations
 
@@ -17,14 +17,16 @@ from pipeline.toolcalls import ToolCallStream, get_parser
 DATA = Path(__file__).resolve().parents[2] / "data" / "tool_calls"
 FILES = sorted(p for p in DATA.glob("*.json") if json.loads(p.read_text())["cases"])
 
-DIFFERENCES = {
+NO_NAME = {"tools_called": False, "tool_calls": [], "content": "Let me check. "}
+OURS = {
     # vLLM's main test: tools_called with no call. Its other version, and we: one call, `{}`.
-    "mistral/test_extract_tool_calls_v11_without_args_skipped": "a call without arguments",
-    # A bare counter id names no function; vLLM guesses it from the request's tool schemas.
-    "kimi_k2/TestExtractToolCalls::test_bare_counter": "no name to read",
-    "kimi_k2/TestExtractToolCalls::test_bare_counter_multiple_tools_infers_by_args": (
-        "no name to read"
-    ),
+    "mistral/test_extract_tool_calls_v11_without_args_skipped": {
+        "tool_calls": [{"name": "toolname_no_args", "arguments": {}}],
+    },
+    # A bare counter id names no function (vLLM guesses it from the request's tool schemas):
+    # no call is read, the text before the section is the content.
+    "kimi_k2/TestExtractToolCalls::test_bare_counter": NO_NAME,
+    "kimi_k2/TestExtractToolCalls::test_bare_counter_multiple_tools_infers_by_args": NO_NAME,
 }
 
 
@@ -33,12 +35,9 @@ def cases():
         data = json.loads(path.read_text())
         for case in data["cases"]:
             key = f"{data['parser']}/{case['id']}"
-            marks = (
-                [pytest.mark.xfail(reason=DIFFERENCES[key], strict=True)]
-                if key in (DIFFERENCES)
-                else []
-            )
-            yield pytest.param(data["parser"], case, id=key, marks=marks)
+            if key in OURS:  # our expectation, asserted as strictly as vLLM's
+                case = {**case, **OURS[key], "note": "ours"}
+            yield pytest.param(data["parser"], case, id=key)
 
 
 def asserts_content(case) -> bool:

@@ -31,9 +31,11 @@ def call_id(job_id: str, index: int) -> str:
 
 
 def forced_calls(content: str) -> list[ParsedCall]:
-    """The calls of a forced JSON list `[{"name": ..., "parameters": {...}}, ...]`."""
+    """The calls of a forced JSON list `[{"name": ..., "parameters": {...}}, ...]`. The grammar
+    starts after the thinking's end or a tool-call opener, and a model that writes the opener
+    itself (`<tool_call>[...]`) has it in the content: the list is read from its `[`."""
     try:
-        value = json.loads(content)
+        value, _ = json.JSONDecoder().raw_decode(content, max(content.find("["), 0))
     except json.JSONDecodeError:
         return []
     if not isinstance(value, list):

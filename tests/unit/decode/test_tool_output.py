@@ -37,6 +37,10 @@ def test_forced_calls_come_from_the_json_list():
     assert text == "" and calls[0][1].function.name == "get_weather"
     assert json.loads(calls[0][1].function.arguments) == {"city": "Oslo"}
     assert forced_calls("not json") == [] and forced_calls('{"name": "x"}') == []
+    # The R1-style reasoner writes the opener its template taught it; the grammar then holds
+    # what follows it (found trying the docs' example against `stepwise up`).
+    (call,) = forced_calls('<tool_call>[{"name": "get_weather", "parameters": {"city": "P"}}]')
+    assert call.name == "get_weather" and json.loads(call.arguments) == {"city": "P"}
 
 
 def test_content_without_calls_stays_as_written():

@@ -165,19 +165,25 @@ def test_a_failed_read_is_expired(served):
 
 
 def test_a_stalled_read_ends_at_its_deadline_and_blocks_nothing_after(served):
+    """Neither read waits for the stalled call: it is still on (only `release` ends it) when
+    each has raised. (No wall-clock bound: a loaded CI machine stalls any thread for longer
+    than a deadline's margin.)"""
     release = threading.Event()
-    served[4].on_read = lambda n: release.wait(5) and None
-    t = time.monotonic()
+    served[4].on_read = lambda n: release.wait(60) and None
+
+    def stalled() -> bool:
+        busy = served[3]._caller.busy
+        return busy is not None and not busy.done()
+
     with pytest.raises(TransferTimeoutError, match="300 ms deadline"):
         read(served, [1])
-    assert time.monotonic() - t < 1.0
-    t = time.monotonic()
+    assert stalled()
     with pytest.raises(TransferTimeoutError, match="still on"):  # the stalled call holds on
         read(served, [1])
-    assert time.monotonic() - t < 0.1
+    assert stalled()
     served[4].on_read = None
     release.set()
-    while served[3]._caller.busy is not None and not served[3]._caller.busy.done():
+    while stalled():
         time.sleep(0.01)
     assert torch.equal(read(served, [5])[:, :, :, :1], served[0][:, :, :, [5]])
 

@@ -157,7 +157,7 @@ def test_megabyte_line_is_refused_before_parsing():
     with pytest.raises(ClaimError) as info:
         extract_claims("1 + " * 250_000 + "1 = 1")
     assert info.value.reason == "limit"
-    assert time.perf_counter() - start < 0.1
+    assert time.perf_counter() - start < 1.0  # parsing it would take minutes
 
 
 def test_limits_are_configurable():

@@ -12,7 +12,6 @@ event loop of the same one (`core_client.ThreadCore`).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import time
 
@@ -32,7 +31,7 @@ from pipeline.engine.base import StepEngine
 from pipeline.errors import StepwiseError
 from pipeline.reasoning.loop import ReasoningLoop, starting_config, token_limit
 from pipeline.reasoning.sampling import handoff_params
-from pipeline.reasoning.structured import guided_decoding
+from pipeline.reasoning.structured import guided_decoding, held_by_grammar
 from pipeline.reasoning.types import Note
 from pipeline.stage.worker import now_ms
 from pipeline.transfer.kv_import import KVImporter
@@ -225,8 +224,8 @@ class DecodeCore:
         )  # fmt: skip
         params = handoff_params(h, token_limit(reasoning, len(h.token_ids), engine.max_model_len))
         if h.structured_output is not None:
-            params.guided = guided_decoding(h.structured_output, engine, h.token_ids)
-            reasoning = dataclasses.replace(reasoning, answer_by_grammar=True)
+            guided = guided_decoding(h.structured_output, engine, h.token_ids)
+            reasoning = held_by_grammar(params, reasoning, guided)
         seq, kv_ack, kv = self.intake.take(h, params, self._stats)
         if marks is not None:
             marks.append(kv_mark(h, kv))

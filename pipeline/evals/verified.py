@@ -21,9 +21,11 @@ from pipeline import schema
 from pipeline.config import PipelineConfig
 from pipeline.engine import Request
 from pipeline.engine.base import StepEngine
+from pipeline.engine.grammar import GuidedDecoding
 from pipeline.evals.completers import Completion
 from pipeline.reasoning.loop import ReasoningJob, ReasoningLoop, starting_config, token_limit
 from pipeline.reasoning.sampling import job_params
+from pipeline.reasoning.structured import held_by_grammar
 from pipeline.reasoning.types import Check
 from pipeline.verify.local import LocalVerifier
 
@@ -60,6 +62,7 @@ def generate_verified(
     questions: list[str] | None = None,
     pipeline: PipelineConfig | None = None,
     reasoning: dict | None = None,
+    guided: list[GuidedDecoding | None] | None = None,
 ) -> list[VerifiedCompletion]:
     """Decode every prompt (text, chat messages or token ids) as the pipeline's decode would run
     a job with these JobParams (each seeded); one completion per prompt, in order.
@@ -71,7 +74,8 @@ def generate_verified(
     `questions` are what the verifier reads as the problem (default: the prompts); `pipeline`:
     the knobs decode would run with (retries, backtracks, verdict timeout, default limits);
     `reasoning`: ReasoningConfig fields a job does not carry (the early-exit policy's
-    `probe_agree`, `probe_confidence`), for the benches that compare them."""
+    `probe_agree`, `probe_confidence`), for the benches that compare them; `guided`: each
+    prompt's structured output (a grammar over its answer), as decode runs a job's."""
     pipeline = pipeline or PipelineConfig()
     stamped = default_budget(pipeline)
     problem_texts = questions if questions is not None else prompts
@@ -93,7 +97,10 @@ def generate_verified(
         config = dataclasses.replace(config, **(reasoning or {}))
         limit = token_limit(config, len(ids), engine.max_model_len)
         rid = f"verified-{time.monotonic_ns()}-{i}"
-        seq = engine.add(Request(rid, list(ids), job_params(p, p.seed or 0, limit)))
+        sampling = job_params(p, p.seed or 0, limit)
+        if guided is not None and guided[i] is not None:
+            config = held_by_grammar(sampling, config, guided[i])
+        seq = engine.add(Request(rid, list(ids), sampling))
         jobs.append(loop.start(rid, seq, config, params=p, stamped=stamped, binding=start.binding))
     live = [j for j in jobs if j is not None]
     inflight: dict[Future, tuple[ReasoningJob, str]] = {}

@@ -139,10 +139,16 @@ class ReasoningDriver:
                 actions += r.on_probe(key, answer, mean_p, len(out))
         # A held finish first: a model that ended by itself is not forced to answer again.
         if seq.pending_finish is not None and r.held_finish is None and not r.finished:
+            unclosed = self._ended_before_grammar()
+            if unclosed:  # its end token cut off: the grammar's answer comes after the thinking
+                self._rollback(seq.num_tokens - 1)
             start = seq.step_start
             tail = (start, seq.num_tokens, self.step_text(start, seq.num_tokens))
             r.after_thinking = self.after_thinking(start)
-            actions += r.on_finish(seq.pending_finish, tail, now_s)
+            if unclosed:
+                actions += r.on_unclosed_end(tail, now_s)
+            else:
+                actions += r.on_finish(seq.pending_finish, tail, now_s)
         if not r.finished and seq.pending_finish is None:
             room = self.engine.max_model_len - seq.num_tokens
             full = room <= self.answer_room + r.config.answer_tokens
@@ -155,6 +161,15 @@ class ReasoningDriver:
         if not r.finished and r.verifying:
             actions += r.on_tick(now_s)
         return self._apply(actions)
+
+    def _ended_before_grammar(self) -> bool:
+        """Did the model end by itself (not cut by its token limit) while its answer's grammar
+        still waited for the thinking to close? Its answer would be lost (a tool_choice
+        `required` with no call, no JSON at all) unless the thinking is closed for it."""
+        seq = self.seq
+        waiting = seq.params.guided is not None and (seq.guide is None or not seq.guide.active)
+        thinking = self.reasoner.phase == "think" and self.format.think_end is not None
+        return waiting and thinking and seq.pending_finish == "stop"
 
     def wants_next_step(self) -> int | None:
         """The index of the step about to be generated, when a cached one could replace it:

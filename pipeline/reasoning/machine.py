@@ -79,6 +79,9 @@ class Reasoner:
     finished: bool = False
     phase: str = "think"  # think | wait_answer (budget spent, verdicts pending) | answer
     stop_reason: str | None = None  # budget | early_exit | unverified; None: the model's own
+    # The model ended with its thinking open while a grammar waited for it to close: the
+    # answer it is then given (under the grammar) is its own, not a spent budget's.
+    ended_unclosed: bool = False
     max_thinking_tokens: int | None = None  # live budget (update_budget): the config's at first
     max_steps: int | None = None
     # Backtracks allowed before resampling stops (the controller's cap under pressure; None:
@@ -297,6 +300,19 @@ class Reasoner:
         self.held_finish = reason
         return actions + self._maybe_finish()
 
+    def on_unclosed_end(self, tail: tuple[int, int, str] | None, now_s: float) -> list[Action]:
+        """The model ended (its end cut off by the driver) with its thinking still open, while
+        the answer is a grammar's to write once the thinking closes (a structured output, a
+        forced tool call): its last step is read, and once the verdicts are in the answer is
+        forced as after a spent budget, which closes the thinking and hands over."""
+        actions: list[Action] = []
+        if tail is not None and tail[2].strip():
+            actions += self.on_step(*tail, now_s)
+        if self.phase != "think" or self.finished:  # out of steps: already on its way
+            return actions
+        self.ended_unclosed = True
+        return actions + self._out_of_budget()
+
     def on_verdict(
         self, key: str, verdict: str, detail: str, now_s: float, claims: Sequence[Any] = ()
     ) -> list[Action]:
@@ -374,7 +390,7 @@ class Reasoner:
         """Budget spent: once no verdict is pending, answer from the chain as it stands."""
         if self.phase != "wait_answer" or self.pending:
             return []
-        reason = UNVERIFIED if self.gave_up else "budget"
+        reason = UNVERIFIED if self.gave_up else "answer" if self.ended_unclosed else "budget"
         self.phase, self.stop_reason, self.held_finish = "answer", reason, None
         position = self.chain[-1].end if self.chain else self.prompt_len
         return [ForceAnswer(position), Resume()]

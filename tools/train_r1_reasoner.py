@@ -29,14 +29,17 @@ import time
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pipeline.evals.generators import make_problem  # noqa: E402
 from pipeline.evals.problems import TRAIN_SEED_BASE, split_of  # noqa: E402
+from pipeline.models.r1_template import R1_CHAT_TEMPLATE  # noqa: E402
 from tools.lora import TARGETS, adapter_state, add_lora  # noqa: E402
 from tools.r1_style import r1_trace  # noqa: E402
+from tools.r1_tool_traces import ToolExample, tool_example  # noqa: E402
 
 # The broader curriculum (pipeline/evals/curriculum.py beside the tiny reasoner's families).
 MIX = (("arith", 0.15), ("product", 0.15), ("signed", 0.12), ("linear", 0.14),
@@ -65,12 +68,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--stop-after", type=int, default=0, help="stop after this many steps this run (a test)"
     )
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument(
+        "--tool-share", type=float, default=0.0,
+        help="share of examples that are tool-use traces (tools/r1_tool_traces.py)",
+    )  # fmt: skip
+    p.add_argument("--tool-max-len", type=int, default=768, help="tokens per tool example")
+    p.add_argument(
+        "--init-adapter", default=None,
+        help="start from this adapter (a second phase: fresh optimizer and schedule)",
+    )  # fmt: skip
     return p.parse_args(argv)
 
 
 def example(tok, step: int, i: int, args) -> tuple[list[int], list[int]]:
     """(token ids, labels) of the i-th example of `step`: a pure function of its arguments."""
     rng = random.Random(f"{args.seed}:{step}:{i}")
+    if args.tool_share and rng.random() < args.tool_share:
+        return tool_ids(tok, tool_example(args.seed, rng.randrange(10**9)), args.tool_max_len)
     family = rng.choices([f for f, _ in MIX], [w for _, w in MIX])[0]
     index = rng.randrange(10**9)
     p = make_problem(family, DATA_SEED + args.seed, index, level=args.level)
@@ -85,6 +99,16 @@ def example(tok, step: int, i: int, args) -> tuple[list[int], list[int]]:
     ids = (prompt_ids + completion)[: args.max_len]
     labels = ([-100] * len(prompt_ids) + completion)[: args.max_len]
     return ids, labels
+
+
+def tool_ids(tok, ex: ToolExample, max_len: int) -> tuple[list[int], list[int]]:
+    """A tool example's (token ids, labels), rendered by the R1-style reasoner's template
+    (SmolLM2's renders no tools); the loss on the assistant's completion only."""
+    prompt = tok.apply_chat_template(ex.messages, tools=ex.tools, chat_template=R1_CHAT_TEMPLATE,
+                                     tokenize=False, add_generation_prompt=True)  # fmt: skip
+    prompt_ids = tok.encode(prompt, add_special_tokens=False)
+    completion = tok.encode(ex.completion, add_special_tokens=False) + [tok.eos_token_id]
+    return (prompt_ids + completion)[:max_len], ([-100] * len(prompt_ids) + completion)[:max_len]
 
 
 def batch(tok, step: int, args) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
@@ -123,6 +147,15 @@ def main(argv: list[str] | None = None) -> int:
     tok = AutoTokenizer.from_pretrained(str(base))
     model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
     layers = add_lora(model, args.rank, args.alpha, TARGETS)
+    args.first_phase = None
+    if args.init_adapter:  # a second phase starts from the first's adapter
+        first_config = Path(args.init_adapter) / "adapter_config.json"
+        args.first_phase = json.loads(first_config.read_text())
+        first = load_file(str(Path(args.init_adapter) / "adapter.safetensors"))
+        missing = set(first) - set(adapter_state(model))
+        if missing:
+            raise SystemExit(f"--init-adapter does not fit this model: {sorted(missing)[:3]}")
+        model.load_state_dict(first, strict=False)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0)
@@ -173,8 +206,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def save(model, opt, step: int, out: Path, args, layers: list[str]) -> None:
-    from safetensors.torch import save_file
-
     adapter = adapter_state(model)
     tmp = out / "checkpoint.pt.tmp"
     torch.save({"adapter": adapter, "optim": opt.state_dict(), "step": step}, tmp)
@@ -182,7 +213,9 @@ def save(model, opt, step: int, out: Path, args, layers: list[str]) -> None:
     save_file({k: v.contiguous() for k, v in adapter.items()}, str(out / "adapter.safetensors"))
     config = {"rank": args.rank, "alpha": args.alpha, "targets": list(TARGETS), "step": step,
               "layers": len(layers), "seed": args.seed, "post_answer": args.post_answer,
-              "level": args.level, "base": "smollm2-135m-instruct"}  # fmt: skip
+              "level": args.level, "base": "smollm2-135m-instruct",
+              "tool_share": args.tool_share, "init_adapter": args.init_adapter,
+              "first_phase": args.first_phase}  # fmt: skip
     (out / "adapter_config.json").write_text(json.dumps(config, indent=2) + "\n")
 
 

@@ -87,3 +87,21 @@ def test_merged_weights_give_the_adapted_model(base, tmp_path):
     with torch.no_grad():
         want, got = adapted(ids).logits, merged_model(ids).logits
     assert torch.allclose(got, want, atol=1e-4), (got - want).abs().max()
+
+
+def test_a_tool_phase_starts_from_the_first_adapter_and_resumes_alike(base, tmp_path):
+    """Issue 38's second phase: tool-use traces mixed in, starting from a first adapter (its
+    weights, not its optimizer); stopped and resumed, it ends with the same adapter."""
+    first, straight, resumed = tmp_path / "first", tmp_path / "a", tmp_path / "b"
+    run(base, first)
+    phase = ("--init-adapter", str(first), "--tool-share", "0.5", "--tool-max-len", "256")
+    run(base, straight, *phase)
+    run(base, resumed, *phase, "--stop-after", "2")
+    run(base, resumed, *phase, "--resume")
+    a = load_file(str(straight / "adapter.safetensors"))
+    b = load_file(str(resumed / "adapter.safetensors"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    start = load_file(str(first / "adapter.safetensors"))
+    assert any(not torch.equal(a[k], start[k]) for k in a)  # it trained on from there
+    config = json.loads((straight / "adapter_config.json").read_text())
+    assert config["tool_share"] == 0.5 and config["first_phase"]["step"] == 4

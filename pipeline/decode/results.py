@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 
 from pipeline import schema
-from pipeline.decode.tool_output import ToolOutput
+from pipeline.decode.tool_output import CallOut, ToolOutput
 from pipeline.engine.sequence import Sequence
 from pipeline.engine.tokenizer import Tokenizer
 from pipeline.formats import ReasoningFormat, Split, StreamSplitter
@@ -94,11 +94,12 @@ def channel_events(run: JobRun, parts: Split, now_ms: int) -> list[schema.Event]
 
 
 def content_events(
-    run: JobRun, content: str, calls: list[tuple[int, schema.ToolCall]], now_ms: int
+    run: JobRun, content: str, calls: list[CallOut], now_ms: int
 ) -> list[schema.Event]:
-    """Content as a token event, then each finished tool call as a `tool_call` event."""
+    """Content as a token event, then the tool calls' events (`tool_call_delta` for a call in
+    progress, `tool_call` for a finished one; `step`: the call's index)."""
     events = [run.event("token", now_ms, text=content, channel="content")] if content else []
-    return events + [run.event("tool_call", now_ms, step=i, tool_call=c) for i, c in calls]
+    return events + [run.event(kind, now_ms, step=i, tool_call=c) for kind, i, c in calls]
 
 
 def outward(

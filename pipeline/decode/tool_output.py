@@ -1,14 +1,17 @@
 """A job's tool calls, read from its content (plain logic): by the model's tool-call parser
 (`parse`), or from the JSON list a grammar forced (`forced`: tool_choice `required` or a named
-function). Streamed: finished calls become `tool_call` events, the rest stays content."""
+function). Streamed: a call being written becomes `tool_call_delta` events (its id and name,
+then its arguments in fragments that add up to the finished call's), a finished call a
+`tool_call` event (whole); the rest stays content."""
 
 from __future__ import annotations
 
 import hashlib
-import json
+import logging
 
 from pipeline import schema
 from pipeline.toolcalls import (
+    ArgsDelta,
     CallDelta,
     ParsedCall,
     ToolCallStream,
@@ -16,7 +19,10 @@ from pipeline.toolcalls import (
     get_parser,
     parser_for_format,
 )
+from pipeline.toolcalls.forced import ForcedList
 
+log = logging.getLogger(__name__)
+FORCED = ForcedList()
 FALLBACK_PARSER = "hermes"  # Qwen's and Hermes' `<tool_call>` JSON: the most common syntax
 
 
@@ -31,20 +37,11 @@ def call_id(job_id: str, index: int) -> str:
 
 
 def forced_calls(content: str) -> list[ParsedCall]:
-    """The calls of a forced JSON list `[{"name": ..., "parameters": {...}}, ...]`. The grammar
-    starts after the thinking's end or a tool-call opener, and a model that writes the opener
-    itself (`<tool_call>[...]`) has it in the content: the list is read from its `[`."""
-    try:
-        value, _ = json.JSONDecoder().raw_decode(content, max(content.find("["), 0))
-    except json.JSONDecodeError:
-        return []
-    if not isinstance(value, list):
-        return []
-    return [
-        ParsedCall(v["name"], json.dumps(v.get("parameters", {}), ensure_ascii=False))
-        for v in value
-        if isinstance(v, dict) and isinstance(v.get("name"), str)
-    ]
+    """The calls of a forced JSON list `[{"name": ..., "parameters": {...}}, ...]`."""
+    return FORCED.extract(content).calls
+
+
+CallOut = tuple[str, int, schema.ToolCall]  # (event kind, the call's index, the call or delta)
 
 
 class ToolOutput:
@@ -54,8 +51,10 @@ class ToolOutput:
         self.job_id = job_id
         self.mode = mode  # parse | forced
         self.parser = parser
-        self.stream = ToolCallStream(parser)
-        self.held: list[str] = []  # forced: the JSON, read at the end
+        # forced: the grammar's list read as a syntax of its own (pipeline/toolcalls/forced.py)
+        self.reader = FORCED if mode == "forced" else parser
+        self.stream = ToolCallStream(self.reader)
+        self.streamed: dict[int, tuple[str, str]] = {}  # a call's (name, arguments) sent so far
 
     @classmethod
     def for_handoff(cls, h: schema.Handoff, parser: str) -> ToolOutput | None:
@@ -71,26 +70,58 @@ class ToolOutput:
 
     def whole(self, content: str) -> tuple[str, list[schema.ToolCall]]:
         """The Result's content and calls."""
-        if self.mode == "forced":
-            calls = forced_calls(content)
-            return ("" if calls else content), [self.wire(i, c) for i, c in enumerate(calls)]
-        out = self.parser.extract(content)
+        out = self.reader.extract(content)
         calls = [self.wire(i, c) for i, c in enumerate(out.calls)]
         return (out.content or "") if calls else content, calls
 
-    def feed(self, content: str) -> tuple[str, list[tuple[int, schema.ToolCall]]]:
-        if self.mode == "forced":
-            self.held.append(content)
-            return "", []
+    def feed(self, content: str) -> tuple[str, list[CallOut]]:
+        """(content to pass on, call events: deltas of calls in progress, finished calls)."""
         text, done = self.stream.feed(content)
-        return text, self._wired(done)
+        calls = self._finished(done) + self._progress(self.stream.progress())
+        # A forced list is all the content there is (and an opener the model wrote before it):
+        # held, and given back at the end only if it held no call.
+        return ("" if self.mode == "forced" else text), calls
 
-    def flush(self) -> tuple[str, list[tuple[int, schema.ToolCall]]]:
-        if self.mode == "forced":
-            content, calls = self.whole("".join(self.held))
-            return content, list(enumerate(calls))
+    def flush(self) -> tuple[str, list[CallOut]]:
         text, done = self.stream.flush()
-        return text, self._wired(done)
+        if self.mode == "forced":
+            text = "" if self.stream.emitted else self.stream.buf
+        return text, self._finished(done)
 
-    def _wired(self, done: list[CallDelta]) -> list[tuple[int, schema.ToolCall]]:
-        return [(d.index, self.wire(d.index, d.call)) for d in done]
+    def _progress(self, deltas: list[ArgsDelta]) -> list[CallOut]:
+        out: list[CallOut] = []
+        for d in deltas:
+            name, sent = self.streamed.get(d.index, (d.name, ""))
+            self.streamed[d.index] = (name, sent + d.arguments)
+            fragment = self._fragment(d.index, d.id, name, d.arguments)
+            out.append(("tool_call_delta", d.index, fragment))
+        return out
+
+    def _finished(self, done: list[CallDelta]) -> list[CallOut]:
+        """Each finished call whole; one streamed in part first gets the rest of its arguments
+        as a last delta (what a streamed client adds up to the call)."""
+        out: list[CallOut] = []
+        for d in done:
+            call = self.wire(d.index, d.call)
+            if d.index in self.streamed:
+                name, sent = self.streamed.pop(d.index)
+                args = call.function.arguments
+                if name == call.function.name and args.startswith(sent):
+                    if rest := args[len(sent) :]:
+                        last = self._fragment(d.index, call.id, name, rest)
+                        out.append(("tool_call_delta", d.index, last))
+                else:  # a name read again or duplicate keys: the whole call event is right
+                    log.warning(
+                        "job %s: call %d streamed as %s(%s…), finished as %s(%s)", self.job_id,
+                        d.index, name, sent[:40], call.function.name, args[:40],
+                    )  # fmt: skip
+            out.append(("tool_call", d.index, call))
+        return out
+
+    def _fragment(
+        self, index: int, own_id: str | None, name: str, arguments: str
+    ) -> schema.ToolCall:
+        return schema.ToolCall(
+            id=own_id or call_id(self.job_id, index),
+            function=schema.FunctionCall(name=name, arguments=arguments),
+        )

@@ -19,7 +19,7 @@ this gateway does not implement is a 400 naming it, never silently ignored.
 
 Tools and structured output (docs/gateway.md): `tools`, `tool_choice`, `parallel_tool_calls`,
 earlier turns' `tool_calls` and `role: "tool"` results go to the chat template; calls come back
-as `message.tool_calls` (streamed: `delta.tool_calls`, id and name first, then the arguments)
+as `message.tool_calls` (streamed: `delta.tool_calls`, id and name first, then argument fragments)
 with `finish_reason: "tool_calls"`. `response_format` (`json_object`, `json_schema`) and vLLM's
 `structured_outputs` (`json`, `regex`, `choice`, `grammar`) hold what follows the thinking to a
 grammar; an invalid one is a 400 with llguidance's reason.
@@ -308,12 +308,35 @@ def finish_reason(result: schema.Result) -> str:
     return FINISH_REASONS.get(result.budget.stop_reason, "length")
 
 
-def tool_call_deltas(index: int, call: schema.ToolCall) -> list[dict[str, Any]]:
-    """A call as vLLM streams it: id, type and name first, then its arguments."""
-    head = {"index": index, "id": call.id, "type": "function",
-            "function": {"name": call.function.name, "arguments": ""}}  # fmt: skip
-    args = {"index": index, "function": {"arguments": call.function.arguments}}
-    return [{"tool_calls": [head]}, {"tool_calls": [args]}]
+def tool_call_deltas(index: int, call: schema.ToolCall, head: bool = True) -> list[dict[str, Any]]:
+    """A call (or a fragment of one) as vLLM streams it: id, type and name first, then its
+    arguments."""
+    out = []
+    if head:
+        first = {"index": index, "id": call.id, "type": "function",
+                 "function": {"name": call.function.name, "arguments": ""}}  # fmt: skip
+        out.append({"tool_calls": [first]})
+    if call.function.arguments:
+        args = {"index": index, "function": {"arguments": call.function.arguments}}
+        out.append({"tool_calls": [args]})
+    return out
+
+
+CALL_EVENTS = ("tool_call_delta", "tool_call")
+
+
+def call_event_deltas(event: schema.Event, started: set[int]) -> list[dict[str, Any]]:
+    """A tool-call event as `delta.tool_calls`: a call being written (`tool_call_delta`) opens
+    with its id and name, then its argument fragments; a finished call (`tool_call`) is sent
+    whole unless its fragments came. `started`: the calls opened so far (updated)."""
+    index, call = event.step or 0, event.tool_call
+    if call is None:
+        return []
+    if event.kind == "tool_call_delta":
+        out = tool_call_deltas(index, call, head=index not in started)
+        started.add(index)
+        return out
+    return [] if index in started else tool_call_deltas(index, call)
 
 
 async def _result_of(sub: Subscription, grace_s: float) -> schema.Result:
@@ -415,6 +438,7 @@ async def _chunks(
 
     deltas = StreamDeltas(req)
     sent_content = sent_reasoning = sent_calls = False
+    started: set[int] = set()  # calls streamed in fragments
     try:
         yield _sse(chunk({"role": "assistant", "content": ""}))
         async for item in sub.items(gw.config.final_grace_s):
@@ -430,10 +454,9 @@ async def _chunks(
                     out = deltas.reasoning(f"\n[backtrack to step {item.step}]\n")
                 elif item.kind == "repair":
                     out = deltas.reasoning(f"\n[repaired: {item.detail}]\n")
-                elif item.kind == "tool_call" and item.tool_call is not None:
+                elif item.kind in CALL_EVENTS and item.tool_call is not None:
                     sent_calls = True
-                    out = deltas.end_of_thinking()
-                    out += tool_call_deltas(item.step or 0, item.tool_call)
+                    out = deltas.end_of_thinking() + call_event_deltas(item, started)
                 for delta in out:
                     yield _sse(chunk(delta))
                 continue

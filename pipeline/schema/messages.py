@@ -294,8 +294,9 @@ class Event(msgspec.Struct, kw_only=True):
     id: JobId
     seq: NonNeg
     kind: Literal[
-        "accepted", "token", "step", "verdict", "backtrack", "repair", "tool_call", "final", "error"
-    ]
+        "accepted", "token", "step", "verdict", "backtrack", "repair", "tool_call_delta",
+        "tool_call", "final", "error",
+    ]  # fmt: skip
     step: NonNeg | None = None
     text: str = ""
     verdict: Verdict | None = None
@@ -304,7 +305,9 @@ class Event(msgspec.Struct, kw_only=True):
     channel: Literal["reasoning", "content"] | None = None
     claims: list[ClaimInfo] = []  # verdict events: the step's claims
     verification: VerificationReport | None = None  # the final event: what was covered
-    # tool_call events: a finished call, `step` its index among the output's calls
+    # tool_call events: a finished call, `step` its index among the output's calls;
+    # tool_call_delta events: a call being written, its id and name and the arguments' next
+    # fragment (the fragments add up to the finished call's arguments)
     tool_call: ToolCall | None = None
     ts_ms: NonNeg
 

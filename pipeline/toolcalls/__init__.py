@@ -8,9 +8,10 @@ from pipeline.toolcalls.registry import (
     get_parser,
     parser_for_format,
 )
-from pipeline.toolcalls.stream import CallDelta, ToolCallStream
+from pipeline.toolcalls.stream import ArgsDelta, CallDelta, ToolCallStream
 
 __all__ = [
+    "ArgsDelta",
     "CALL_OPENERS",
     "before_calls",
     "PARSERS",

@@ -17,6 +17,16 @@ class ParsedCall:
     id: str | None = None  # the model's own id where its format writes one (Kimi K2)
 
 
+@dataclass(frozen=True, slots=True)
+class PartialCall:
+    """A call still being written: its name, and its arguments' raw text so far (from their
+    first character on; None: not a JSON object to stream, it comes whole when finished)."""
+
+    name: str
+    arguments: str | None
+    id: str | None = None
+
+
 @dataclass(slots=True)
 class Extracted:
     content: str | None  # the text that is not a call (None: there is none)
@@ -50,6 +60,11 @@ class ToolParser(ABC):
         the output."""
         end = region.rfind(self.call_end) if self.call_end else -1
         return 0 if end < 0 else end + len(self.call_end)
+
+    def partial(self, tail: str) -> PartialCall | None:
+        """The call being written in `tail` (the region's text after its finished calls), once
+        its name is known; None: none yet, or a syntax whose calls come only whole."""
+        return None
 
     @staticmethod
     def first_opener(text: str, openers: tuple[str, ...]) -> int:
@@ -119,6 +134,31 @@ def call_from_object(
         return None
     args = arguments_text(obj[key])
     return None if args is None else ParsedCall(obj["name"], args)
+
+
+_NAME = re.compile(r'"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
+
+
+def partial_json_call(text: str, keys: tuple[str, ...]) -> PartialCall | None:
+    """`{"name": ..., "arguments": {...` being written: its name once the string is closed, and
+    the arguments' text once they have begun (an object; a name written after its arguments
+    is known only when the call is finished)."""
+    start = text.find("{")
+    name = _NAME.search(text, start) if start >= 0 else None
+    if name is None:
+        return None
+    alternatives = "|".join(map(re.escape, keys))
+    key = re.search(rf'"(?:{alternatives})"\s*:\s*', text[start:])
+    if key is not None and start + key.start() < name.start():
+        return None
+    try:
+        decoded = json.loads(f'"{name.group(1)}"')
+    except json.JSONDecodeError:
+        return None
+    if key is None:
+        return PartialCall(decoded, "")
+    args = text[start + key.end() :]
+    return PartialCall(decoded, args if args[:1] in ("", "{") else None)
 
 
 def content_or_none(text: str) -> str | None:

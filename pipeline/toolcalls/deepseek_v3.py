@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import re
 
-from pipeline.toolcalls.base import MatchedCalls, ParsedCall, json_arguments
+from pipeline.toolcalls.base import MatchedCalls, ParsedCall, PartialCall, json_arguments
 
 BEGIN, END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
+# a call whose arguments have begun: its name is whole, the fence open, the object started
+_BEGUN = re.compile(
+    r"<｜tool▁call▁begin｜>.*?<｜tool▁sep｜>(?P<name>[^`]*?)\s*```(?:json)?\s*(?=\{)", re.DOTALL
+)
 
 
 class DeepSeekV3Parser(MatchedCalls):
@@ -24,3 +28,7 @@ class DeepSeekV3Parser(MatchedCalls):
     def call(self, m: re.Match[str]) -> ParsedCall | None:
         args = json_arguments(m.group("args"))
         return None if args is None else ParsedCall(m.group("name").strip(), args)
+
+    def partial(self, tail: str) -> PartialCall | None:
+        m = _BEGUN.search(tail)
+        return None if m is None else PartialCall(m.group("name").strip(), tail[m.end() :])

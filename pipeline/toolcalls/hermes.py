@@ -6,9 +6,16 @@ from __future__ import annotations
 import json
 import re
 
-from pipeline.toolcalls.base import MatchedCalls, ParsedCall, call_from_object
+from pipeline.toolcalls.base import (
+    MatchedCalls,
+    ParsedCall,
+    PartialCall,
+    call_from_object,
+    partial_json_call,
+)
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
+ARGUMENT_KEYS = ("arguments", "parameters")  # call_from_object's
 
 
 class HermesParser(MatchedCalls):
@@ -24,3 +31,7 @@ class HermesParser(MatchedCalls):
             return call_from_object(json.loads(body))
         except json.JSONDecodeError:
             return None
+
+    def partial(self, tail: str) -> PartialCall | None:
+        at = tail.find(OPEN)
+        return None if at < 0 else partial_json_call(tail[at + len(OPEN) :], ARGUMENT_KEYS)

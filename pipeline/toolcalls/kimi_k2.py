@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import re
 
-from pipeline.toolcalls.base import MatchedCalls, ParsedCall, json_arguments
+from pipeline.toolcalls.base import MatchedCalls, ParsedCall, PartialCall, json_arguments
 
 SECTIONS = ("<|tool_calls_section_begin|>", "<|tool_call_section_begin|>")
 _ID = re.compile(r"(?:functions\.)?(?P<name>[^\s:]+):\d+")
+_BEGUN = re.compile(r"<\|tool_call_begin\|>\s*(?P<id>[^<]+?)\s*<\|tool_call_argument_begin\|>\s*")
 
 
 class KimiK2Parser(MatchedCalls):
@@ -28,3 +29,11 @@ class KimiK2Parser(MatchedCalls):
         ident = _ID.fullmatch(m.group("id"))  # not `name:index`: vLLM skips the call
         args = json_arguments(m.group("args")) if ident else None
         return None if args is None else ParsedCall(ident.group("name"), args, id=m.group("id"))
+
+    def partial(self, tail: str) -> PartialCall | None:
+        m = _BEGUN.search(tail)
+        ident = _ID.fullmatch(m.group("id")) if m else None
+        if ident is None:
+            return None
+        args = tail[m.end() :]
+        return PartialCall(ident.group("name"), args if args[:1] in ("", "{") else None, m["id"])

@@ -6,9 +6,16 @@ from __future__ import annotations
 
 import json
 
-from pipeline.toolcalls.base import Extracted, ToolParser, call_from_object
+from pipeline.toolcalls.base import (
+    Extracted,
+    PartialCall,
+    ToolParser,
+    call_from_object,
+    partial_json_call,
+)
 
 TAG = "<|python_tag|>"
+ARGUMENT_KEYS = ("parameters", "arguments")
 
 
 class Llama3JsonParser(ToolParser):
@@ -25,10 +32,15 @@ class Llama3JsonParser(ToolParser):
             except json.JSONDecodeError:
                 i += 1
                 continue
-            call = call_from_object(value, ("parameters", "arguments"))
+            call = call_from_object(value, ARGUMENT_KEYS)
             if call is not None:
                 calls.append(call)
                 i = end  # what a call holds is not another call
             else:
                 i += 1
         return Extracted(None, calls) if calls else Extracted(text)
+
+    def partial(self, tail: str) -> PartialCall | None:
+        # every call is finished only at the output's end: the first one streams, any others
+        # come whole then
+        return partial_json_call(tail, ARGUMENT_KEYS)

@@ -10,15 +10,18 @@ import re
 from pipeline.toolcalls.base import (
     Extracted,
     ParsedCall,
+    PartialCall,
     ToolParser,
     arguments_text,
     call_from_object,
     content_or_none,
+    partial_json_call,
 )
 
 MARK, ARGS = "[TOOL_CALLS]", "[ARGS]"
 _LIST = re.compile(r"\[.*\]", re.DOTALL)
 _NAME = re.compile(r"\s*([A-Za-z0-9_.-]+)\s*")
+_BEGUN = re.compile(r"\s*([A-Za-z0-9_.-]+)\s*(?:\[ARGS\]|(?=\{))")  # `name[ARGS]` / `name{`
 _V11 = re.compile(r"\s*[A-Za-z0-9_.-]+\s*(?:\[ARGS\]|\{|$)")  # `name{`, `name[ARGS]`, `name`
 
 
@@ -44,6 +47,21 @@ class MistralParser(ToolParser):
                 return Extracted(text)
             calls.append(call)
         return Extracted(content, calls)
+
+    def partial(self, tail: str) -> PartialCall | None:
+        # every call is finished only at the output's end: the first one streams
+        at = tail.find(MARK)
+        if at < 0:
+            return None
+        rest = tail[at + len(MARK) :]
+        if rest.lstrip().startswith("["):
+            return partial_json_call(rest, ("arguments", "parameters"))
+        piece = rest.split(MARK, 1)[0]
+        m = _BEGUN.match(piece)
+        if m is None:
+            return None
+        args = piece[m.end() :]
+        return PartialCall(m.group(1), args if args.lstrip()[:1] in ("", "{") else None)
 
     @staticmethod
     def _json_list(rest: str) -> list[ParsedCall] | None:

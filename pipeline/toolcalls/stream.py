@@ -1,19 +1,33 @@
 """Tool calls from streamed text: content flows as it comes until a call opener; from there the
 text is held, and each call is handed on once it is finished (its closing marker seen, or the
 output over). A marker cut across deltas is held until it resolves, as the reasoning formats'
-splitters hold theirs."""
+splitters hold theirs. While a call is being written, `progress` gives its name as soon as it
+is known and then its arguments in fragments (where the parser reads a call in progress), in
+the form the finished call's `arguments` has (partial_json.py), as vLLM streams them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from pipeline.toolcalls.base import ParsedCall, ToolParser
+from pipeline.toolcalls.partial_json import JsonCanon
 
 
 @dataclass(frozen=True, slots=True)
 class CallDelta:
     index: int  # the call's place among the output's calls
     call: ParsedCall
+
+
+@dataclass(frozen=True, slots=True)
+class ArgsDelta:
+    """A call in progress: `first` for its first delta (name and id), then argument text."""
+
+    index: int
+    name: str
+    id: str | None
+    arguments: str
+    first: bool
 
 
 def _partial_opener(text: str, openers: tuple[str, ...]) -> int:
@@ -34,6 +48,8 @@ class ToolCallStream:
         self.sent = 0  # characters of buf passed on as content
         self.region: int | None = None  # where the first opener starts
         self.emitted = 0  # calls handed on
+        self.live: int | None = None  # the call in progress: its index, and its arguments read
+        self.canon = JsonCanon()
 
     def feed(self, delta: str) -> tuple[str, list[CallDelta]]:
         """(content to pass on now, calls finished now)."""
@@ -50,6 +66,22 @@ class ToolCallStream:
         if not done:
             return content, []
         return content, self._new_calls(self.parser.extract(region[:done]).calls)
+
+    def progress(self) -> list[ArgsDelta]:
+        """What is new of the call being written (after `feed`): nothing, or one delta."""
+        if self.region is None:
+            return []
+        region = self.buf[self.region :]
+        part = self.parser.partial(region[self.parser.complete_prefix(region) :])
+        if part is None:
+            return []
+        first = self.live != self.emitted
+        if first:
+            self.live, self.canon = self.emitted, JsonCanon()
+        args = self.canon.feed(part.arguments) if part.arguments is not None else ""
+        if not (first or args):
+            return []
+        return [ArgsDelta(self.emitted, part.name, part.id, args, first)]
 
     def flush(self) -> tuple[str, list[CallDelta]]:
         """At the end of the output: the calls not yet handed on, and any content held back

@@ -253,6 +253,42 @@ def test_a_result_with_tool_calls_is_a_tool_calls_message():
     assert msg["content"] is None and msg["tool_calls"][0]["function"]["name"] == "f"
     assert finish_reason(result) == "tool_calls"
     head, args = tool_call_deltas(0, call)
+    assert tool_call_deltas(0, call, head=False) == [args]
     assert head["tool_calls"][0]["id"] == "chatcmpl-tool-1"
     assert head["tool_calls"][0]["function"] == {"name": "f", "arguments": ""}
     assert args["tool_calls"][0] == {"index": 0, "function": {"arguments": '{"x": 1}'}}
+
+
+def test_streamed_call_events_add_up_as_the_openai_client_reads_them():
+    """decode's events for a call written token by token (ToolOutput) become delta.tool_calls
+    that the client adds up (id and name in the first, then argument fragments) to the call."""
+    from pipeline.decode.tool_output import ToolOutput
+    from pipeline.gateway.openai_api import call_event_deltas
+    from pipeline.toolcalls import get_parser
+
+    text = (
+        'Checking.<tool_call>\n{"name": "get_weather", "arguments": {"city": "São Paulo", '
+        '"days": 3}}\n</tool_call>\n<tool_call>\n{"name": "get_time", "arguments": {}}'
+    )
+    out, found = ToolOutput("job-9", "parse", get_parser("hermes")), []
+    for ch in text:
+        found += out.feed(ch)[1]
+    found += out.flush()[1]
+    events = [schema.Event(id="job-9", seq=n, kind=kind, step=i, tool_call=c, ts_ms=1)
+              for n, (kind, i, c) in enumerate(found)]  # fmt: skip
+    started: set[int] = set()
+    deltas = [d for e in events for d in call_event_deltas(e, started)]
+    calls: dict[int, dict] = {}
+    for delta in deltas:
+        (d,) = delta["tool_calls"]
+        if d["index"] not in calls:
+            assert d["id"].startswith("chatcmpl-tool-") and d["function"]["arguments"] == ""
+            calls[d["index"]] = {"name": d["function"]["name"], "arguments": ""}
+        else:
+            assert "id" not in d and "name" not in d["function"]
+        calls[d["index"]]["arguments"] += d["function"]["arguments"]
+    assert calls == {
+        0: {"name": "get_weather", "arguments": '{"city": "São Paulo", "days": 3}'},
+        1: {"name": "get_time", "arguments": "{}"},
+    }
+    assert len(deltas) > 10  # the first call's arguments came in fragments

@@ -37,8 +37,10 @@ TemplateValue = str | int | float | bool | None
 ToolName = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
 
 
-class FunctionDef(msgspec.Struct, kw_only=True):
-    """A tool the model may call (OpenAI's `tools[].function`)."""
+class FunctionDef(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A tool the model may call (OpenAI's `tools[].function`). Fields left at their defaults
+    are not written: the chat template renders the tool as the client sent it (a `strict` or
+    an empty `description` the client never wrote changes the prompt a model learned)."""
 
     name: ToolName
     description: str = ""

@@ -29,6 +29,7 @@ from pipeline.schema import (
     SchemaError,
     StepRecord,
     Timings,
+    Tool,
     Usage,
     content_type_of,
     dead_letter,
@@ -589,3 +590,14 @@ def test_fuzz_mutated_jobs(overrides):
     job = job_dict(**overrides)
     decode_only_schema_errors(as_msgpack(job))
     decode_only_schema_errors(as_json(job), JSON)
+
+
+def test_a_tool_reaches_the_template_as_the_client_sent_it():
+    """No field the client did not write (a `strict: false`, an empty description): found
+    running the R1-style reasoner behind the gateway, whose prompt then differed from the one
+    its tool training rendered, and whose calls went wrong."""
+    sent = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    tool = msgspec.convert(sent, Tool)
+    assert msgspec.to_builtins(tool) == sent
+    full = {"type": "function", "function": {"name": "f", "description": "d", "strict": True}}
+    assert msgspec.to_builtins(msgspec.convert(full, Tool)) == full

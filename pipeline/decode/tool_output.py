@@ -50,7 +50,6 @@ class ToolOutput:
     def __init__(self, job_id: str, mode: str, parser: ToolParser) -> None:
         self.job_id = job_id
         self.mode = mode  # parse | forced
-        self.parser = parser
         # forced: the grammar's list read as a syntax of its own (pipeline/toolcalls/forced.py)
         self.reader = FORCED if mode == "forced" else parser
         self.stream = ToolCallStream(self.reader)
@@ -93,8 +92,8 @@ class ToolOutput:
         for d in deltas:
             name, sent = self.streamed.get(d.index, (d.name, ""))
             self.streamed[d.index] = (name, sent + d.arguments)
-            fragment = self._fragment(d.index, d.id, name, d.arguments)
-            out.append(("tool_call_delta", d.index, fragment))
+            fragment = ParsedCall(name, d.arguments, d.id)
+            out.append(("tool_call_delta", d.index, self.wire(d.index, fragment)))
         return out
 
     def _finished(self, done: list[CallDelta]) -> list[CallOut]:
@@ -108,8 +107,8 @@ class ToolOutput:
                 args = call.function.arguments
                 if name == call.function.name and args.startswith(sent):
                     if rest := args[len(sent) :]:
-                        last = self._fragment(d.index, call.id, name, rest)
-                        out.append(("tool_call_delta", d.index, last))
+                        last = ParsedCall(name, rest, call.id)
+                        out.append(("tool_call_delta", d.index, self.wire(d.index, last)))
                 else:  # a name read again or duplicate keys: the whole call event is right
                     log.warning(
                         "job %s: call %d streamed as %s(%s…), finished as %s(%s)", self.job_id,
@@ -117,11 +116,3 @@ class ToolOutput:
                     )  # fmt: skip
             out.append(("tool_call", d.index, call))
         return out
-
-    def _fragment(
-        self, index: int, own_id: str | None, name: str, arguments: str
-    ) -> schema.ToolCall:
-        return schema.ToolCall(
-            id=own_id or call_id(self.job_id, index),
-            function=schema.FunctionCall(name=name, arguments=arguments),
-        )

@@ -123,9 +123,10 @@ def arguments_text(value: Any) -> str | None:
         return None
 
 
-def call_from_object(
-    obj: Any, keys: tuple[str, ...] = ("arguments", "parameters")
-) -> ParsedCall | None:
+ARGUMENT_KEYS = ("arguments", "parameters")  # what a JSON call names its arguments
+
+
+def call_from_object(obj: Any, keys: tuple[str, ...] = ARGUMENT_KEYS) -> ParsedCall | None:
     """`{"name": ..., "arguments": ...}` (or `parameters`) as a call; None if it is not one."""
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
         return None

@@ -7,6 +7,7 @@ import json
 import re
 
 from pipeline.toolcalls.base import (
+    ARGUMENT_KEYS,
     MatchedCalls,
     ParsedCall,
     PartialCall,
@@ -15,7 +16,6 @@ from pipeline.toolcalls.base import (
 )
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
-ARGUMENT_KEYS = ("arguments", "parameters")  # call_from_object's
 
 
 class HermesParser(MatchedCalls):

@@ -8,6 +8,7 @@ import json
 import re
 
 from pipeline.toolcalls.base import (
+    ARGUMENT_KEYS,
     Extracted,
     ParsedCall,
     PartialCall,
@@ -55,7 +56,7 @@ class MistralParser(ToolParser):
             return None
         rest = tail[at + len(MARK) :]
         if rest.lstrip().startswith("["):
-            return partial_json_call(rest, ("arguments", "parameters"))
+            return partial_json_call(rest, ARGUMENT_KEYS)
         piece = rest.split(MARK, 1)[0]
         m = _BEGUN.match(piece)
         if m is None:

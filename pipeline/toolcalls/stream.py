@@ -21,13 +21,12 @@ class CallDelta:
 
 @dataclass(frozen=True, slots=True)
 class ArgsDelta:
-    """A call in progress: `first` for its first delta (name and id), then argument text."""
+    """A call in progress: its name and id (from its first delta on), new argument text."""
 
     index: int
     name: str
     id: str | None
     arguments: str
-    first: bool
 
 
 def _partial_opener(text: str, openers: tuple[str, ...]) -> int:
@@ -48,6 +47,7 @@ class ToolCallStream:
         self.sent = 0  # characters of buf passed on as content
         self.region: int | None = None  # where the first opener starts
         self.emitted = 0  # calls handed on
+        self.done = 0  # how much of the region holds only finished calls (after the last feed)
         self.live: int | None = None  # the call in progress: its index, and its arguments read
         self.canon = JsonCanon()
 
@@ -63,16 +63,16 @@ class ToolCallStream:
         content = self._content_to(self.region)
         region = self.buf[self.region :]
         done = self.parser.complete_prefix(region)
-        if not done:
+        if done <= self.done:  # no call finished since the last feed
             return content, []
+        self.done = done
         return content, self._new_calls(self.parser.extract(region[:done]).calls)
 
     def progress(self) -> list[ArgsDelta]:
         """What is new of the call being written (after `feed`): nothing, or one delta."""
         if self.region is None:
             return []
-        region = self.buf[self.region :]
-        part = self.parser.partial(region[self.parser.complete_prefix(region) :])
+        part = self.parser.partial(self.buf[self.region + self.done :])
         if part is None:
             return []
         first = self.live != self.emitted
@@ -81,7 +81,7 @@ class ToolCallStream:
         args = self.canon.feed(part.arguments) if part.arguments is not None else ""
         if not (first or args):
             return []
-        return [ArgsDelta(self.emitted, part.name, part.id, args, first)]
+        return [ArgsDelta(self.emitted, part.name, part.id, args)]
 
     def flush(self) -> tuple[str, list[CallDelta]]:
         """At the end of the output: the calls not yet handed on, and any content held back

@@ -36,7 +36,7 @@ from pipeline.engine import Engine, EngineConfig, SamplingParams  # noqa: E402
 from pipeline.models.paths import R1_ADAPTER_DIR  # noqa: E402
 from pipeline.models.prepare import prepare_r1_reasoner  # noqa: E402
 from pipeline.toolcalls.registry import get_parser  # noqa: E402
-from tools.r1_tool_traces import TOOLS, ToolExample, offered, tool_example  # noqa: E402
+from tools.r1_tool_traces import TOOLS, ToolExample, offered, prompt_ids, tool_example  # noqa: E402
 
 BEFORE = "git:60befae"  # the last commit with the adapter trained on reasoning traces only
 END = "</think>"
@@ -82,13 +82,6 @@ def adapter_dir(spec: str, tmp: Path, name: str) -> Path:
     return out
 
 
-def render(engine: Engine, ex: ToolExample) -> list[int]:
-    hf = engine.tokenizer.hf
-    text = hf.apply_chat_template(ex.messages, tools=ex.tools, tokenize=False,
-                                  add_generation_prompt=True)  # fmt: skip
-    return hf.encode(text, add_special_tokens=False)
-
-
 def score(kind: str, text: str, ex: ToolExample, expected: dict | None) -> dict:
     # What follows the thinking; a thinking never closed has no answer and makes no call.
     parsed = get_parser("hermes").extract(text.split(END, 1)[1] if END in text else "")
@@ -115,7 +108,7 @@ def _json(text: str):
 def run(engine: Engine, sets: dict[str, list], max_tokens: int) -> dict:
     out = {}
     for kind, items in sets.items():
-        prompts = [render(engine, ex) for ex, _ in items]
+        prompts = [prompt_ids(engine.tokenizer.hf, ex) for ex, _ in items]
         params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
         texts = [c.text for c in engine.generate(prompts, params)]
         rows = [score("call" if kind.startswith("call") else kind, t, ex, exp)

@@ -205,6 +205,15 @@ def call_text(name: str, arguments: dict[str, Any]) -> str:
     return f"<tool_call>\n{body}\n</tool_call>"
 
 
+def prompt_ids(hf_tokenizer: Any, ex: ToolExample, chat_template: str | None = None) -> list[int]:
+    """The example's chat, tools and all, rendered for the assistant's turn (by the tokenizer's
+    own template unless `chat_template` is given) and tokenized."""
+    text = hf_tokenizer.apply_chat_template(ex.messages, tools=ex.tools, tokenize=False,
+                                            add_generation_prompt=True,
+                                            chat_template=chat_template)  # fmt: skip
+    return hf_tokenizer.encode(text, add_special_tokens=False)
+
+
 def offered(rng: random.Random, need: str | None) -> list[dict[str, Any]]:
     """One to three tools in random order, `need` among them."""
     others = [n for n in TOOLS if n != need]

@@ -39,7 +39,7 @@ from pipeline.evals.problems import TRAIN_SEED_BASE, split_of  # noqa: E402
 from pipeline.models.r1_template import R1_CHAT_TEMPLATE  # noqa: E402
 from tools.lora import TARGETS, adapter_state, add_lora  # noqa: E402
 from tools.r1_style import r1_trace  # noqa: E402
-from tools.r1_tool_traces import ToolExample, tool_example  # noqa: E402
+from tools.r1_tool_traces import ToolExample, prompt_ids, tool_example  # noqa: E402
 
 # The broader curriculum (pipeline/evals/curriculum.py beside the tiny reasoner's families).
 MIX = (("arith", 0.15), ("product", 0.15), ("signed", 0.12), ("linear", 0.14),
@@ -94,21 +94,19 @@ def example(tok, step: int, i: int, args) -> tuple[list[int], list[int]]:
     trace = r1_trace(p, seed=index, post_answer=args.post_answer)
     messages = [{"role": "user", "content": " ".join(p.question.split())}]
     prompt = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    prompt_ids = tok.encode(prompt, add_special_tokens=False)
+    prompt_tokens = tok.encode(prompt, add_special_tokens=False)
     completion = tok.encode(trace.text, add_special_tokens=False) + [tok.eos_token_id]
-    ids = (prompt_ids + completion)[: args.max_len]
-    labels = ([-100] * len(prompt_ids) + completion)[: args.max_len]
+    ids = (prompt_tokens + completion)[: args.max_len]
+    labels = ([-100] * len(prompt_tokens) + completion)[: args.max_len]
     return ids, labels
 
 
 def tool_ids(tok, ex: ToolExample, max_len: int) -> tuple[list[int], list[int]]:
     """A tool example's (token ids, labels), rendered by the R1-style reasoner's template
     (SmolLM2's renders no tools); the loss on the assistant's completion only."""
-    prompt = tok.apply_chat_template(ex.messages, tools=ex.tools, chat_template=R1_CHAT_TEMPLATE,
-                                     tokenize=False, add_generation_prompt=True)  # fmt: skip
-    prompt_ids = tok.encode(prompt, add_special_tokens=False)
+    prompt = prompt_ids(tok, ex, R1_CHAT_TEMPLATE)
     completion = tok.encode(ex.completion, add_special_tokens=False) + [tok.eos_token_id]
-    return (prompt_ids + completion)[:max_len], ([-100] * len(prompt_ids) + completion)[:max_len]
+    return (prompt + completion)[:max_len], ([-100] * len(prompt) + completion)[:max_len]
 
 
 def batch(tok, step: int, args) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:

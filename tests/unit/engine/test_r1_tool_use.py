@@ -10,7 +10,7 @@ import pytest
 from pipeline.engine import Engine, EngineConfig, SamplingParams
 from pipeline.models.paths import is_current, is_prepared, r1_dir
 from pipeline.toolcalls.registry import get_parser
-from tools.r1_tool_traces import tool_example
+from tools.r1_tool_traces import prompt_ids, tool_example
 
 PATH = r1_dir()
 pytestmark = [
@@ -29,12 +29,7 @@ def engine():
 
 
 def generate(engine: Engine, examples) -> list[str]:
-    hf = engine.tokenizer.hf
-    prompts = [
-        hf.encode(hf.apply_chat_template(e.messages, tools=e.tools, tokenize=False,
-                                         add_generation_prompt=True), add_special_tokens=False)
-        for e in examples
-    ]  # fmt: skip
+    prompts = [prompt_ids(engine.tokenizer.hf, e) for e in examples]
     outs = engine.generate(prompts, SamplingParams(temperature=0.0, max_tokens=160))
     return [o.text for o in outs]
 

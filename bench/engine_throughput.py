@@ -638,7 +638,7 @@ def print_table(dtype: str, fig: dict, reqs: list[BenchRequest]) -> None:
                 f"start-up {f['startup_s']:.1f} s (not counted), block_size "
                 f"{f['block_size']}, bind {f['threads_bind']}, worker cores {f['worker_cores']}"
             )
-        else:
+        elif "useful_gflops" in f:  # CPU runs only: on a GPU the roofline is bandwidth
             note += f"useful {f['useful_gflops']:.1f} GFLOP/s"
             if "overhead_ms_per_step" in f:
                 st = f["stats"]

@@ -19,6 +19,7 @@ import json
 import sys
 import time
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -78,12 +79,14 @@ def cases(s: Shapes, dtype: torch.dtype, device: torch.device, triton_mods: dict
     args = (q, k_cache, v_cache, tables, ctx, scale)
     attn_bytes = 2 * s.batch * s.context * s.kv_heads * s.head_dim * isz
     attn_bytes += 2 * q.numel() * isz + tables.numel() * 8
+    # partial, not a lambda: a lambda would read `tri` when called, after it names the next
+    # case's kernel (every case would time the last kernel).
     tri = triton_mods and triton_mods["paged_attention"].paged_decode_attention_triton
     out.append(
         Case(
             "paged_decode_attention",
             attn_bytes,
-            (lambda: tri(*args, ws)) if tri else None,
+            partial(tri, *args, ws) if tri else None,
             lambda: paged_decode_attention_torch(*args, {}),
             f"batch {s.batch}, context {s.context}, {s.heads}/{s.kv_heads} heads, "
             f"head_dim {s.head_dim}, block {s.block_size}",
@@ -99,7 +102,7 @@ def cases(s: Shapes, dtype: torch.dtype, device: torch.device, triton_mods: dict
         Case(
             "store_kv",
             2 * 2 * kn.numel() * isz + slots.numel() * 8,
-            (lambda: tri(*store_args)) if tri else None,
+            partial(tri, *store_args) if tri else None,
             lambda: store_kv_torch(*store_args),
             f"{t} tokens into random slots",
         )
@@ -111,7 +114,7 @@ def cases(s: Shapes, dtype: torch.dtype, device: torch.device, triton_mods: dict
         Case(
             "logits_stats",
             logits.numel() * 4,
-            (lambda: tri(logits)) if tri else None,
+            partial(tri, logits) if tri else None,
             lambda: logits_stats_torch(logits),
             f"[{s.batch}, {s.vocab}] fp32",
         )
@@ -130,7 +133,7 @@ def cases(s: Shapes, dtype: torch.dtype, device: torch.device, triton_mods: dict
         Case(
             "export_blocks",
             xfer_bytes,
-            (lambda: mod.export_blocks_triton(pool, blocks, buf)) if mod else None,
+            partial(mod.export_blocks_triton, pool, blocks, buf) if mod else None,
             lambda: export_blocks_torch(pool, blocks, buf),
             note,
         )
@@ -139,7 +142,7 @@ def cases(s: Shapes, dtype: torch.dtype, device: torch.device, triton_mods: dict
         Case(
             "import_blocks",
             xfer_bytes,
-            (lambda: mod.import_blocks_triton(pool, blocks, buf)) if mod else None,
+            partial(mod.import_blocks_triton, pool, blocks, buf) if mod else None,
             lambda: import_blocks_torch(pool, blocks, buf),
             note,
         )

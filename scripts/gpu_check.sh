@@ -30,11 +30,11 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 
 # NAME|LIMIT_S|COMMAND (one line each; $OUT is expanded when the step runs)
 STEPS=(
-  "parity|100|$PY -m pytest -q -m gpu -p no:cacheprovider tests/unit/engine/test_parity_cuda.py"
-  "gpu_tests|110|$PY -m pytest -q -m gpu -p no:cacheprovider tests/unit/kernels tests/unit/engine/test_cuda_graph.py tests/unit/transfer/test_cuda_ipc.py"
-  "kernels|60|$PY bench/kernels.py --json-out \$OUT/kernels.json"
-  "engine|150|$PY bench/engine_throughput.py --device cuda --random-model qwen2.5-1.5b --num-requests 256 --dtypes bfloat16 --sides hf,stepwise --json-out \$OUT/engine_throughput.json"
-  "pipeline|60|env STEPWISE_KV_TRANSPORT=cuda_ipc $PY bench/pipeline_overhead.py --n 128"
+  "parity|70|$PY -m pytest -q -m gpu -p no:cacheprovider tests/unit/engine/test_parity_cuda.py"
+  "gpu_tests|70|$PY -m pytest -q -m gpu -p no:cacheprovider tests/unit/kernels tests/unit/engine/test_cuda_graph.py tests/unit/transfer/test_cuda_ipc.py"
+  "kernels|50|$PY bench/kernels.py --json-out \$OUT/kernels.json"
+  "engine|140|$PY bench/engine_throughput.py --device cuda --random-model qwen2.5-1.5b --num-requests 256 --dtypes bfloat16 --sides hf,stepwise --json-out \$OUT/engine_throughput.json"
+  "pipeline|150|env STEPWISE_KV_TRANSPORT=cuda_ipc $PY bench/pipeline_overhead.py --n 128"
 )
 
 name_of() { echo "${1%%|*}"; }
@@ -85,7 +85,7 @@ unset TRITON_INTERPRET STEPWISE_KERNELS  # compiled kernels, auto dispatch
   "$PY" -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda,
 'triton', triton.__version__, torch.cuda.get_device_name())"
   git describe --always --dirty 2>/dev/null || true
-} >"$OUT/env.txt" 2>&1
+} >>"$OUT/env.txt" 2>&1  # appended: a prelude may have written the setup there
 cat "$OUT/env.txt"
 
 wanted=("$@")

@@ -5,12 +5,18 @@ The handle carries torch's own `reduce_tensor` arguments for the buffer, encoded
 who can publish run code). The importer rebuilds a tensor that aliases the exporter's memory
 (`rebuild_cuda_tensor`) and copies out of it before acking; the exporter keeps the buffer
 alive until then (the pool's lease).
+
+CUDA cannot open an IPC handle in the process that made it (`cudaIpcOpenMemHandle` answers
+"invalid device context": found on the first GPU run, 2026-12-04), so a handle names its
+exporter's pid, and an importer in that same process (prefill and decode in one process) reads
+the exporter's buffer directly.
 """
 
 from __future__ import annotations
 
 import base64
 import itertools
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -25,6 +31,12 @@ from pipeline.transfer.base import KVHandle, TransferExpiredError, dtype_name
 #  storage_offset_bytes, requires_grad, ref_counter_handle, ref_counter_offset, event_handle,
 #  event_sync_required). The two classes are always Tensor / UntypedStorage here.
 _CLASS_SLOTS = (0, 4)
+
+# This process's live exports by handle, across transport instances (an importer in the same
+# process may hold another instance than the exporter's pool), and one counter so that two
+# instances never mint the same handle.
+_LOCAL_EXPORTS: dict[str, torch.Tensor] = {}
+_COUNTER = itertools.count()
 
 
 def encode_ipc_args(args: tuple) -> str:
@@ -58,25 +70,27 @@ class CudaIpcTransport:
                 "the cuda_ipc transport needs a CUDA device; use shm", code="no_cuda"
             )
         self.device = torch.device(device)
-        self._buffers: dict[str, torch.Tensor] = {}
-        self._counter = itertools.count()
 
     def allocate(self, shape: tuple[int, ...], dtype: torch.dtype) -> tuple[str, torch.Tensor]:
         from torch.multiprocessing.reductions import reduce_tensor
 
         buf = torch.empty(shape, dtype=dtype, device=self.device)
         _, args = reduce_tensor(buf)
-        handle = f"{next(self._counter)}:{encode_ipc_args(args)}"
-        self._buffers[handle] = buf
+        handle = f"{os.getpid()}.{next(_COUNTER)}:{encode_ipc_args(args)}"
+        _LOCAL_EXPORTS[handle] = buf
         return handle, buf
 
     def release(self, handle: str) -> None:
-        self._buffers.pop(handle, None)
+        _LOCAL_EXPORTS.pop(handle, None)
 
     @contextmanager
     def attach(self, handle: KVHandle) -> Iterator[torch.Tensor]:
         from torch.multiprocessing.reductions import rebuild_cuda_tensor
 
+        local = _LOCAL_EXPORTS.get(handle.handle)
+        if local is not None:  # exported by this process: no IPC (CUDA refuses it)
+            yield local
+            return
         args = decode_ipc_args(handle.handle.partition(":")[2])
         try:
             tensor = rebuild_cuda_tensor(*args)

@@ -98,3 +98,25 @@ def test_the_qwen_shape_is_qwen2_5_1_5b(bench):
         28,
         2,
     )
+
+
+def test_the_table_prints_a_gpu_run(bench, capsys):
+    """A GPU run's figures (bandwidth roofline, no GFLOP/s) print: the first H200 run
+    (2026-12-04) stopped here with a KeyError after timing both sides."""
+    reqs = bench.make_requests(4, 0, DIMS["vocab"])
+    side = {"tok_s": 100.0, "wall_s": 1.0, "lengths_ok": True}
+    fig = {
+        "load_avg_start": [0.1],
+        "load_avg_end": [0.2],
+        "hf": side | {"computed_tokens": 10},
+        "stepwise": dict(side),
+        "ratio_hf": 1.0,
+        "match": {"stepwise~hf": {"exact": 1.0, "prefix": 1.0}},
+        "gpu": "NVIDIA H200",
+        "copy_gbps": 4224.0,
+        "roofline_s": 0.5,
+        "roofline_fraction": 0.5,
+    }
+    bench.print_table("bfloat16", fig, reqs)
+    out = capsys.readouterr().out
+    assert "stepwise" in out and "engine at 50%" in out

@@ -3,8 +3,11 @@ random-weight checkpoint (and SmolLM2 when its files are there): the GPU half of
 test_parity.py. Run by scripts/gpu_check.sh; skipped without a CUDA device.
 
 Tolerances: fp32 last-token logits within 1e-3 (TF32 is off; kernels differ in summation
-order); bf16 within 0.1 of logits that are O(1-10), and the first 16 greedy tokens equal
-(bf16 argmax ties can flip later)."""
+order) and the first 48 greedy tokens equal; bf16 within 0.1 of logits that are O(1-10), and
+each of the first 16 greedy tokens HF's own argmax given the engine's tokens before it, or
+within 0.1 of it (teacher-forced, as vLLM's check_logprobs_close allows a near tie: a random
+model's logits are flat, and bf16 rounding flips near ties; the first H200 run, 2026-12-04,
+flipped one at token 3 on two families)."""
 
 from __future__ import annotations
 
@@ -64,7 +67,21 @@ def test_cuda_engine_matches_hf_on_cuda(tiny_models, family, dtype):
     n = GREEDY[dtype]
     outs = engine.generate(batch[1:3], SamplingParams(temperature=0, max_tokens=n, ignore_eos=True))
     for ids, out in zip(batch[1:3], outs, strict=True):
-        assert out.token_ids[:n] == greedy(hf, ids, n), (family, dtype)
+        if dtype == "float32":
+            assert out.token_ids[:n] == greedy(hf, ids, n), (family, dtype)
+            continue
+        gaps = tie_gaps(hf, ids, out.token_ids[:n])
+        assert max(gaps) < TOL[dtype], (family, dtype, gaps)
+
+
+@torch.no_grad()
+def tie_gaps(model, ids: list[int], tokens: list[int]) -> list[float]:
+    """For each generated token: HF's best logit minus HF's logit of that token, HF reading the
+    prompt and the generated tokens before it (0 where the token is HF's argmax)."""
+    logits = model(torch.tensor([ids + tokens], device="cuda")).logits[0].float()
+    rows = logits[len(ids) - 1 : len(ids) - 1 + len(tokens)]
+    chosen = rows.gather(1, torch.tensor(tokens, device="cuda")[:, None])[:, 0]
+    return (rows.max(dim=1).values - chosen).tolist()
 
 
 @torch.no_grad()

@@ -149,10 +149,14 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     path = str(resolve_model(args.model))
-    cfg = EngineConfig(model=path, dtype=args.dtype, kv_cache_memory_gb=0.5)
+    # CPU engines on a GPU machine too: these transports are host shared memory (a CUDA
+    # engine's pool cannot live there; on a GPU the handoff is cuda_ipc, measured in the stack).
+    cfg = EngineConfig(model=path, dtype=args.dtype, kv_cache_memory_gb=0.5, device="cpu")
     shared = SharedKVPool()
     src, dst = Engine(cfg, shared.storage), Engine(cfg)
-    ids = [100 + (i * 7919) % 30000 for i in range(args.tokens)]
+    vocab = src.model_config.vocab_size  # the tiny reasoner has 100 tokens, SmolLM2 49152
+    tokens = min(args.tokens, src.max_model_len - 2)  # the tiny reasoner's context is 512
+    ids = [(100 + i * 7919) % vocab for i in range(tokens)]
     seq = src.add(Request("h", ids, SamplingParams(temperature=0, max_tokens=2)))
     while seq.num_output_tokens < 1:
         src.step()

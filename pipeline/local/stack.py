@@ -7,11 +7,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from pipeline import settings
 from pipeline.config import PipelineConfig
+from pipeline.errors import ServiceError
 from pipeline.gateway.config import GATEWAY_PORT
 from pipeline.local.services import LocalServices, child_setup, create_topics
 from pipeline.models.resolve import resolve_model
@@ -24,6 +27,7 @@ WORKERS = ("ingest", "prefill", "decode", "verify", "budget", "gateway")
 # thread waiting for a core is a step not run). They run `service_nice` steps lower: when the
 # cores are free that changes nothing; when they are not, the model comes first.
 NICED = ("kafka", "redis", "ingest", "budget", "gateway")
+T = TypeVar("T")
 
 
 @settings.declared
@@ -112,6 +116,27 @@ class Stack:
         )
         self.procs[name] = proc
         return proc
+
+    def exited(self) -> dict[str, int]:
+        """Workers that have stopped, with their exit codes."""
+        return {n: p.returncode for n, p in self.procs.items() if p.poll() is not None}
+
+    async def guard(self, work: Awaitable[T], poll_s: float = 1.0) -> T:
+        """`work`, failed at once (ServiceError) if a worker exits meanwhile: a worker that died
+        at start would otherwise leave a client waiting out its own timeout (found on the
+        first GPU run, 2026-12-04: every worker failed to import, the bench waited 300 s)."""
+        task = asyncio.ensure_future(work)
+        while not task.done():
+            await asyncio.wait({task}, timeout=poll_s)
+            dead = self.exited()
+            if dead and not task.done():
+                task.cancel()
+                where = f" (logs in {self.log_dir})" if self.log_dir else ""
+                codes = ", ".join(f"{n} exited with code {c}" for n, c in dead.items())
+                raise ServiceError(
+                    f"worker stopped during the run: {codes}{where}", code="worker_exited"
+                )
+        return task.result()
 
     def describe(self) -> list[str]:
         lines = self.services.describe()

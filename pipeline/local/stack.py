@@ -97,7 +97,9 @@ class Stack:
         """One vLLM server for the stack (prefill warms its prefix cache, decode hits it)."""
         dtype = "float32" if self.config.dtype == "auto" else self.config.dtype
         log = self.log_dir / "vllm.log" if self.log_dir else None
-        server_config = VLLMServerConfig(str(resolve_model(self.config.model)), dtype=dtype)
+        server_config = VLLMServerConfig(
+            str(resolve_model(self.config.model)), dtype=dtype, structured_outputs=True
+        )
         self.vllm = VLLMServer(server_config, log).start()
         self.config.vllm_url = self.vllm.url
 

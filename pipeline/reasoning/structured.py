@@ -28,8 +28,7 @@ def guided_decoding(
 ) -> GuidedDecoding:
     if not engine.supports_guided:
         raise InvalidRequestError(
-            "structured output and forced tool calls run on the native engine only "
-            "(not yet passed to --engine vllm)"
+            f"{type(engine).__name__} enforces no structured output or forced tool calls"
         )
     spec = job_grammar(so, validate=False)  # ingest checked it
     prompt = engine.tokenizer.decode(prompt_ids, skip_special_tokens=False)

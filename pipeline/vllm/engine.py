@@ -9,7 +9,9 @@ makes every resubmission a cache hit up to the last full block. Control is by re
 * pause: the stream is closed and nothing is resubmitted until `resume`;
 * rollback (backtrack): the tokens are cut here and the prefix is resubmitted with a new seed;
 * budget forcing: the answer cue is appended here, the next submission starts after it;
-* early-exit probe: a second sequence on prefix + cue (a prefix-cache hit, too).
+* early-exit probe: a second sequence on prefix + cue (a prefix-cache hit, too);
+* structured output: the thinking's submissions run free, the answer's carries the grammar
+  as vLLM's `structured_outputs` (vllm/structured.py).
 
 The sampling seed of a submission is derived from the sequence's seed and its length, so a
 sequence rolled back to a step start with the same seed resamples the same step.
@@ -39,6 +41,7 @@ from pipeline.vllm.server import (
     VLLMServerConfig,
     served_model,
 )
+from pipeline.vllm.structured import GrammarStart
 
 log = logging.getLogger(__name__)
 _MASK63 = (1 << 63) - 1
@@ -58,6 +61,10 @@ class VLLMEngine(StepEngine):
     over a vLLM server. `url`: a running one; empty: start one and own it."""
 
     can_export_kv = False
+    # Passed through as `structured_outputs` once the thinking has ended; the server needs its
+    # tokenizer and the guidance backend (VLLMServerConfig.structured_outputs; the stack's and
+    # this engine's own servers start so).
+    supports_guided = True
 
     def __init__(
         self,
@@ -90,6 +97,7 @@ class VLLMEngine(StepEngine):
                 server_config = VLLMServerConfig(
                     str(path), dtype=dtype, max_num_seqs=config.max_num_seqs,
                     max_model_len=config.max_model_len, seed=config.seed,
+                    structured_outputs=True,
                 )  # fmt: skip
                 self.server = VLLMServer(server_config, log_path).start()
                 url = self.server.url
@@ -117,6 +125,9 @@ class VLLMEngine(StepEngine):
     def add(self, request: Request) -> Sequence:
         self._check_prompt(request, self.model_config.vocab_size)
         seq = self._make_sequence(request)
+        if request.params.guided is not None:  # the driver reads `guide.active`, as natively
+            texts = self.tokenizer.token_texts()
+            seq.guide = GrammarStart(request.params.guided, texts, seq.num_prompt_tokens)
         self.seqs[seq.request_id] = seq
         return seq
 
@@ -160,6 +171,8 @@ class VLLMEngine(StepEngine):
         seq.pending_finish = None
         if seed is not None:
             seq.seed = seed
+        if seq.guide is not None:
+            seq.guide.rescan(seq.output_token_ids)
 
     def append_tokens(self, request_id: str, token_ids: list[int]) -> None:
         seq = self._get(request_id)
@@ -170,6 +183,8 @@ class VLLMEngine(StepEngine):
         self._drop_submission(request_id)  # what is in flight continues the old tokens
         seq.extend(token_ids, self.step_detector)
         seq.pending_finish = None
+        if seq.guide is not None:
+            seq.guide.rescan(seq.output_token_ids)  # forced text may close the thinking
 
     def finish(self, request_id: str, reason: str | None = None) -> Sequence:
         seq = self._get(request_id)
@@ -242,8 +257,16 @@ class VLLMEngine(StepEngine):
                 self._end(seq, "length")
             return
         p = seq.params
+        grammar: GrammarStart | None = seq.guide
+        held = grammar is not None and grammar.active
+        if held and seq.num_tokens > grammar.at:
+            # vLLM cannot resume a grammar part-way (a rollback into the answer): an error,
+            # never an answer that goes on unchecked.
+            log.error("%s: a grammar-held answer cut part-way cannot resume", seq.request_id)
+            self._end(seq, "error")
+            return
         stop = set(p.stop_token_ids)
-        if self.step_stops or p.pause_on_step_end:
+        if (self.step_stops or p.pause_on_step_end) and not held:  # the answer: one submission
             stop |= self.step_detector.delimiter_tokens
         if not p.ignore_eos:
             stop |= self.eos_token_ids
@@ -266,6 +289,8 @@ class VLLMEngine(StepEngine):
             "return_token_ids": True,
             "stream": True,
         }
+        if held:
+            body["structured_outputs"] = grammar.field
         self.num_resubmitted_tokens += seq.num_tokens if seq.num_output_tokens else 0
         seq.status = SequenceStatus.RUNNING
         self.live[seq.request_id] = sub
@@ -281,7 +306,12 @@ class VLLMEngine(StepEngine):
             reason = "stop"
         elif self._remaining(seq) <= 0:
             reason = "length"
-        if reason is None and ends_step and p.pause_on_step_end:
+        grammar: GrammarStart | None = seq.guide
+        if grammar is not None and grammar.feed(token, seq.num_tokens) and reason is None:
+            # The thinking ended: what vLLM sent after the marker ran free of the grammar.
+            self._drop_submission(seq.request_id)
+        held = grammar is not None and grammar.active
+        if reason is None and ends_step and p.pause_on_step_end and not held:
             self.pause(seq.request_id)
         if reason is None:
             return self._output(seq, token, logprob, ends_step, False, None)

@@ -71,6 +71,10 @@ class VLLMServerConfig:
     python: str = field(default_factory=vllm_python)
     extra_args: tuple[str, ...] = ()
     startup_timeout_s: float = 600.0
+    # Structured output (json_schema answers, forced tool calls) passed through: vLLM's masks
+    # need its tokenizer, and the guidance backend reads the schemas as the native engine's
+    # llguidance does. False: token ids in and out with no tokenizer at all (the benches).
+    structured_outputs: bool = False
 
     def command(self, port: int) -> list[str]:
         cmd = [
@@ -79,9 +83,12 @@ class VLLMServerConfig:
             "--dtype", self.dtype, "--block-size", str(self.block_size),
             "--enable-prefix-caching", "--max-num-seqs", str(self.max_num_seqs),
             "--seed", str(self.seed), "--host", "127.0.0.1", "--port", str(port),
-            # Token ids in and out: Stepwise tokenizes, so vLLM needs no tokenizer.
-            "--skip-tokenizer-init", "--enforce-eager", "--disable-uvicorn-access-log",
+            "--enforce-eager", "--disable-uvicorn-access-log",
         ]  # fmt: skip
+        if self.structured_outputs:
+            cmd += ["--structured-outputs-config", '{"backend": "guidance"}']
+        else:  # token ids in and out: Stepwise tokenizes, so vLLM needs no tokenizer
+            cmd += ["--skip-tokenizer-init"]
         if self.max_model_len:
             cmd += ["--max-model-len", str(self.max_model_len)]
         return cmd + list(self.extra_args)

@@ -11,10 +11,12 @@ import pytest
 
 from pipeline.config import EngineConfig
 from pipeline.engine import Request, SamplingParams
+from pipeline.engine.grammar import GuidedDecoding, compile_grammar
 from pipeline.engine.sequence import SequenceStatus
 from pipeline.models.resolve import resolve_model
 from pipeline.vllm.engine import VLLMEngine, submission_seed
 from pipeline.vllm.server import Delta
+from pipeline.vllm.structured import structured_outputs_field
 
 
 class FakeStreams:
@@ -187,3 +189,94 @@ def test_tokens_that_arrive_together_are_handed_out_one_a_step(engine):
     engine.pause(out.request_id)
     seq = engine.seqs[rid]
     assert seq.num_output_tokens == 1 and not engine.buffered and rid not in engine.live
+
+
+# -- structured output passed through (vllm/structured.py) ------------------------------------
+
+SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+
+
+def guided_start(engine: VLLMEngine, after: tuple[str, ...] = ("Answer:",), **params):
+    spec = GuidedDecoding(compile_grammar("json", SCHEMA), after)
+    return start(engine, max_tokens=80, guided=spec, pause_on_finish=True, **params)
+
+
+def test_the_thinking_runs_free_and_the_answer_is_submitted_with_the_grammar(engine):
+    rid, prompt = guided_start(engine)
+    sub, body = engine.streams.last
+    assert "structured_outputs" not in body  # the thinking: no grammar
+    thinking = ids(engine, "2 + 3 = 5\n")
+    engine.streams.send(thinking, done=True, finish="stop")
+    drain(engine)
+    engine.step()
+    sub, body = engine.streams.last
+    assert "structured_outputs" not in body
+    closing = ids(engine, "Answer:")
+    engine.streams.send([*closing, *ids(engine, " five")])  # vLLM ran on past the marker
+    outs = drain(engine)
+    seq = engine.seqs[rid]
+    assert seq.output_token_ids == thinking + closing  # nothing after the marker handed out
+    assert [o.token_id for o in outs] == closing and sub in engine.streams.cancelled
+    engine.step()
+    sub2, body2 = engine.streams.last
+    assert sub2 != sub and body2["prompt"] == prompt + thinking + closing
+    assert body2["structured_outputs"]["json"]["properties"] == SCHEMA["properties"]
+    assert not set(engine.step_detector.delimiter_tokens) & set(body2["stop_token_ids"])
+    answer = ids(engine, ' {"a": 5}\n')  # a step delimiter inside: the answer goes on
+    engine.streams.send(answer, done=True, finish="stop")
+    outs = drain(engine)
+    assert seq.output_token_ids == thinking + closing + answer
+    assert not any(o.paused for o in outs)
+
+
+def test_a_grammar_without_a_marker_holds_from_the_first_token(engine):
+    guided_start(engine, after=())
+    assert "json" in engine.streams.last[1]["structured_outputs"]
+
+
+def test_forced_text_that_closes_the_thinking_hands_over_to_the_grammar(engine):
+    rid, prompt = guided_start(engine)
+    engine.streams.send(ids(engine, "2 + 3"))
+    drain(engine)
+    engine.append_tokens(rid, ids(engine, "\nAnswer:"))  # budget forcing's handover
+    engine.step()
+    body = engine.streams.last[1]
+    assert body["prompt"] == prompt + ids(engine, "2 + 3\nAnswer:")
+    assert "structured_outputs" in body
+
+
+def test_rollback_before_the_marker_frees_the_thinking_and_into_the_answer_is_an_error(engine):
+    rid, prompt = guided_start(engine)
+    thinking, closing = ids(engine, "2 + 3 = 5\n"), ids(engine, "Answer:")
+    engine.streams.send([*thinking, *closing])
+    drain(engine)
+    engine.rollback(rid, len(prompt) + len(thinking))  # back into the thinking
+    engine.step()
+    assert "structured_outputs" not in engine.streams.last[1]
+    engine.streams.send(closing)
+    drain(engine)
+    engine.step()
+    engine.streams.send(ids(engine, ' {"a"'))
+    drain(engine)
+    engine.rollback(rid, engine.seqs[rid].num_tokens - 2)  # part-way into the answer
+    engine.step()
+    assert rid not in engine.seqs  # ended (finish reason "error"): never an unchecked answer
+
+
+@pytest.mark.parametrize(
+    ("kind", "spec", "field"),
+    [
+        ("json", SCHEMA, "json"),
+        ("json_object", None, "json"),
+        ("regex", "[0-9]+", "grammar"),
+        ("choice", ["yes", "no"], "grammar"),
+        ("grammar", 'start: "a" | "b"', "grammar"),
+    ],
+)
+def test_every_grammar_kind_maps_to_a_structured_outputs_field(kind, spec, field):
+    got = structured_outputs_field(compile_grammar(kind, spec))
+    assert list(got) == [field]
+    if kind == "json":  # the native engine's options travel with the schema
+        assert got["json"]["x-guidance"] == {"whitespace_flexible": False}
+    if kind == "regex":
+        assert "[0-9]+" in got["grammar"]

@@ -502,6 +502,14 @@ def match(a: list[list[int]], b: list[list[int]]) -> dict[str, float]:
     return {"exact": exact / len(a), "prefix": prefix / len(a)}
 
 
+def emit(summary: dict, json_out: Path | None) -> None:
+    """A bench's last line: its summary as one JSON object, also written to `json_out`."""
+    line = json.dumps(summary, default=float)
+    if json_out:
+        json_out.write_text(line + "\n")
+    print(line)
+
+
 def git_commit() -> str | None:
     """The checkout's commit (+ "-dirty"), so a figure can be tied to the code it measured."""
     try:

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(ROOT))
 
-from bench.engine_throughput import git_commit  # noqa: E402
+from bench.engine_throughput import emit, git_commit  # noqa: E402
 from pipeline.kernels.kv_store import store_kv_torch  # noqa: E402
 from pipeline.kernels.kv_transfer import export_blocks_torch, import_blocks_torch  # noqa: E402
 from pipeline.kernels.logits_stats import logits_stats_torch  # noqa: E402
@@ -253,10 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         target=TARGET_ATTENTION,
         shapes=asdict(shapes),
     )
-    line = json.dumps(summary)
-    if args.json_out:
-        args.json_out.write_text(line + "\n")
-    print(line)
+    emit(summary, args.json_out)
     return 0
 
 

@@ -4,6 +4,7 @@ runtime's process-wide switches."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from pipeline.settings import Settings, build, current, declared, parse_bool, setting
@@ -13,6 +14,47 @@ ENGINES = ("native", "vllm")
 
 
 DEFAULT_BLOCK_SIZE = 16  # tokens per KV block (ingest hashes prompts with it)
+
+
+SPECULATIVE_METHODS = ("ngram",)
+
+
+@dataclass(frozen=True, slots=True)
+class SpeculativeConfig:
+    """Speculative decoding in the native engine, in vLLM's `--speculative-config` names:
+    `ngram` proposes the `num_speculative_tokens` tokens that followed the latest earlier
+    occurrence of the sequence's last n tokens (n from `prompt_lookup_max` down to
+    `prompt_lookup_min`) in its own prompt and output (pipeline/engine/speculative.py)."""
+
+    method: str = "ngram"
+    num_speculative_tokens: int = 4
+    prompt_lookup_min: int = 2
+    prompt_lookup_max: int = 4
+
+    def __post_init__(self) -> None:
+        if self.method not in SPECULATIVE_METHODS:
+            raise ValueError(f"speculative method must be one of {SPECULATIVE_METHODS}")
+        if self.num_speculative_tokens < 1:
+            raise ValueError("num_speculative_tokens must be at least 1")
+        if not 1 <= self.prompt_lookup_min <= self.prompt_lookup_max:
+            raise ValueError("need 1 <= prompt_lookup_min <= prompt_lookup_max")
+
+    @classmethod
+    def from_json(cls, text: str) -> SpeculativeConfig | None:
+        """vLLM's `--speculative-config` JSON (`{"method": "ngram", ...}`); empty: off."""
+        if not text.strip():
+            return None
+        try:
+            fields = json.loads(text)
+            return cls(**fields)
+        except (json.JSONDecodeError, TypeError) as exc:
+            raise ValueError(f"--speculative-config: {exc}") from None
+
+
+def speculative_json(text: str) -> str:
+    """A `--speculative-config` setting's text, checked as it is read (ValueError says why)."""
+    SpeculativeConfig.from_json(text)
+    return text
 
 
 @dataclass(slots=True)
@@ -38,6 +80,8 @@ class EngineConfig:
     num_threads: int | None = None  # torch intra-op threads; None leaves torch's choice
     # CPU: run projections through oneDNN with prepacked weights (pipeline/kernels/cpu_linear).
     cpu_prepack: bool = True
+    # Speculative decoding (None: off). Outputs are the same tokens as without it.
+    speculative: SpeculativeConfig | None = None
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -118,6 +162,14 @@ class PipelineConfig:
     # shm: prefill copies them into a buffer, decode out of it; cuda_ipc: the same on a GPU;
     # mooncake: shm_pool's pool also served over Mooncake's transfer engine, so a decode worker
     # on another host reads the blocks over TCP (docs/kv-transfer.md).
+    speculative_config: str = setting(
+        "",
+        env="SPECULATIVE_CONFIG",
+        concern="pipeline",
+        kind=speculative_json,
+        help="decode's speculative decoding, vLLM's --speculative-config JSON "
+        '(e.g. {"method": "ngram", "num_speculative_tokens": 4}); empty: off',
+    )
     kv_transport: str = setting(
         "shm_pool",
         env="KV_TRANSPORT",

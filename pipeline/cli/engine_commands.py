@@ -24,6 +24,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             device=args.device,
             num_threads=args.threads,
             reasoning_format=args.reasoning_format,
+            speculative=args.speculative_config,
         )
     )
     if engine.tokenizer is None:
@@ -49,6 +50,15 @@ def cmd_generate(args: argparse.Namespace) -> int:
         f"finish={seq.finish_reason}]",
         file=sys.stderr,
     )
+    st = engine.stats
+    if st.num_spec_proposed:
+        print(
+            f"[speculative: {st.num_spec_accepted} of {st.num_spec_proposed} proposed tokens "
+            f"accepted ({100 * st.num_spec_accepted / st.num_spec_proposed:.0f}%), "
+            f"{(st.num_spec_accepted + st.num_spec_forwards) / max(st.num_spec_forwards, 1):.2f}"
+            " tokens per verifying pass]",
+            file=sys.stderr,
+        )
     return 0
 
 

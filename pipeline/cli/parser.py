@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pipeline import __version__, schema, settings
 from pipeline.cli.help_texts import VERIFY_DESCRIPTION, VERIFY_EPILOG
+from pipeline.config import SpeculativeConfig
 from pipeline.evals.knobs import DEFAULT_LEVEL, LEVELS
 from pipeline.formats import format_names
 
@@ -173,6 +174,13 @@ def add_stream_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the Result")
 
 
+def speculative_config(text: str) -> SpeculativeConfig | None:
+    try:
+        return SpeculativeConfig.from_json(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="stepwise",
@@ -194,6 +202,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--top-k", type=int, default=-1)
     g.add_argument("--min-p", type=float, default=0.0)
     g.add_argument("--seed", type=int, default=None)
+    g.add_argument(
+        "--speculative-config",
+        default="",
+        type=speculative_config,
+        help='vLLM\'s JSON, e.g. \'{"method": "ngram", "num_speculative_tokens": 4}\': '
+        "proposed tokens checked in one forward pass; the same output as without",
+    )
     chat = g.add_mutually_exclusive_group()
     chat.add_argument(
         "--chat",

@@ -42,6 +42,11 @@ class EngineStats:
     num_prefill_tokens: int = 0
     num_decode_tokens: int = 0
     num_generated_tokens: int = 0
+    num_forwards: int = 0  # steps that ran the model (a speculative hand-out runs none)
+    # Speculative decoding: tokens proposed and accepted, and the forwards that verified them.
+    num_spec_proposed: int = 0
+    num_spec_accepted: int = 0
+    num_spec_forwards: int = 0
 
     def as_dict(self) -> dict[str, float]:
         return {k: getattr(self, k) for k in self.__slots__}

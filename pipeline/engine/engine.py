@@ -32,6 +32,7 @@ from pipeline.engine.outputs import (
 from pipeline.engine.sampling_params import SamplingParams
 from pipeline.engine.scheduler import Scheduler
 from pipeline.engine.sequence import Sequence
+from pipeline.engine.speculative import Acceptance, num_accepted, propose
 from pipeline.engine.tokenizer import StepBoundaryDetector, Tokenizer
 from pipeline.errors import (
     InvalidRequestError,
@@ -160,7 +161,9 @@ class Engine(StepEngine):
 
     def pause(self, request_id: str) -> None:
         """Take the sequence out of the batch; it keeps its KV blocks."""
-        self.scheduler.pause(self._get(request_id))
+        seq = self._get(request_id)
+        seq.spec_buffer.clear()  # verified ahead, recomputed on resume: no state held paused
+        self.scheduler.pause(seq)
 
     def resume(self, request_id: str) -> None:
         self.scheduler.resume(self._get(request_id))
@@ -179,6 +182,7 @@ class Engine(StepEngine):
         seq.num_discarded_tokens += seq.num_tokens - num_tokens
         self.block_manager.truncate(seq, num_tokens)
         seq.pending_finish = None
+        seq.spec_buffer.clear()
         if seed is not None:
             seq.seed = seed
 
@@ -193,6 +197,11 @@ class Engine(StepEngine):
             raise InvalidRequestError("appending these tokens would fill the context")
         seq.extend(token_ids, self.step_detector)
         seq.pending_finish = None
+        seq.spec_buffer.clear()
+
+    def update_params(self, request_id: str, **changes: object) -> None:
+        super().update_params(request_id, **changes)
+        self._get(request_id).spec_buffer.clear()  # verified under the old params
 
     def finish(self, request_id: str, reason: str | None = None) -> Sequence:
         """End a sequence now (a held finish, or early): its blocks are freed, its tokens kept.
@@ -275,19 +284,33 @@ class Engine(StepEngine):
     @torch.inference_mode()
     def step(self) -> list[TokenOutput]:
         t0 = time.perf_counter()
-        sched = self.scheduler.schedule()
-        self.last_num_scheduled = len(sched.scheduled)
+        # Tokens a speculative forward verified go out one per step, as if sampled now: the
+        # caller acts on each (a step end, a pause, a rollback) before the next exists.
+        held = [seq for seq in self.scheduler.running if seq.spec_buffer]
+        outputs = [self._hand_out(seq) for seq in held]
+        hold = {seq.request_id for seq in held}
+        if self.config.speculative is not None:
+            self._propose(hold)
+        sched = self.scheduler.schedule(hold)
+        for seq in sched.preempted:  # its KV is gone: nothing verified or proposed stands
+            self._unpropose(seq)
+            seq.spec_buffer.clear()
+        self.last_num_scheduled = len(sched.scheduled) + len(outputs)
         if not sched.scheduled:
-            return []
+            self._finish_step(t0, outputs)
+            return outputs
         self.kv_cache.copy_blocks(self.block_manager.take_pending_copies())
         t1, c1 = time.perf_counter(), time.thread_time()
         sampled = self.runner.execute(sched.scheduled)
+        self.stats.num_forwards += 1
         self.stats.forward_s += time.perf_counter() - t1
         self.stats.forward_cpu_s += time.thread_time() - c1
 
-        outputs: list[TokenOutput] = []
         for s in sched.scheduled:
             seq = s.seq
+            if seq.num_draft:
+                outputs.append(self._verify(seq, s.num_new_tokens, sampled[seq.request_id]))
+                continue
             prev = seq.num_computed_tokens
             seq.num_computed_tokens += s.num_new_tokens
             self.block_manager.cache_full_blocks(seq, prev)
@@ -296,11 +319,74 @@ class Engine(StepEngine):
             else:
                 self.stats.num_prefill_tokens += s.num_new_tokens
             if seq.request_id in sampled:
-                outputs.append(self._append_token(seq, *sampled[seq.request_id]))
+                outputs.append(self._append_token(seq, *sampled[seq.request_id][0]))
+        for seq in self.scheduler.running:  # proposed but not scheduled (the budget ran out)
+            self._unpropose(seq)
+        self._finish_step(t0, outputs)
+        return outputs
+
+    def _finish_step(self, t0: float, outputs: list[TokenOutput]) -> None:
         self.stats.num_generated_tokens += len(outputs)
         self.stats.num_steps += 1
         self.stats.step_s += time.perf_counter() - t0
-        return outputs
+
+    # -- speculative decoding (speculative.py) ------------------------------------------------
+
+    def _propose(self, hold: set[str]) -> None:
+        """Put proposed tokens after each decoding sequence's last one; the scheduler then
+        computes them with it as one chunk."""
+        spec = self.config.speculative
+        assert spec is not None
+        for seq in self.scheduler.running:
+            p = seq.params
+            if seq.request_id in hold or p.guided is not None:
+                continue  # a grammar masks each position as the tokens before it stand
+            if seq.num_computed_tokens != seq.num_tokens - 1:
+                continue  # still prefilling
+            spent = seq.num_output_tokens + (seq.num_discarded_tokens if p.charge_rollbacks else 0)
+            room = min(p.max_tokens - spent, self.max_model_len - seq.num_tokens) - 1
+            if seq.spec_acceptance is None:
+                seq.spec_acceptance = Acceptance()
+            k = seq.spec_acceptance.k(spec.num_speculative_tokens, seq.num_tokens)
+            draft = propose(spec, seq.token_ids, min(k, room))
+            if draft:
+                seq.token_ids.extend(draft)  # raw: no step bookkeeping until accepted
+                seq.num_draft = len(draft)
+                self.stats.num_spec_proposed += len(draft)
+
+    def _unpropose(self, seq: Sequence) -> None:
+        if seq.num_draft:
+            del seq.token_ids[seq.num_tokens - seq.num_draft :]
+            seq.num_draft = 0
+
+    def _verify(
+        self, seq: Sequence, num_new: int, rows: list[tuple[int, float, float]]
+    ) -> TokenOutput:
+        """Keep the proposed tokens the target sampled too, then the target's own token after
+        them; hand out the first now and buffer the rest. The KV of kept positions stands; the
+        rest is past `num_computed_tokens` and is written over."""
+        base = seq.num_tokens - seq.num_draft  # the sequence without its proposal
+        proposed = seq.token_ids[base : base + num_new - 1]  # those this chunk checked
+        self._unpropose(seq)
+        accepted = num_accepted(proposed, [row[0] for row in rows])
+        if seq.spec_acceptance is not None and proposed:
+            seq.spec_acceptance.update(accepted, seq.num_tokens)
+        self.stats.num_spec_forwards += 1
+        self.stats.num_spec_accepted += accepted
+        self.stats.num_decode_tokens += num_new
+        seq.spec_buffer = rows[: accepted + 1]
+        return self._hand_out(seq)
+
+    def _hand_out(self, seq: Sequence) -> TokenOutput:
+        """The next verified token: appended as a sampled one, its predecessor's KV computed."""
+        token, logprob, entropy = seq.spec_buffer.pop(0)
+        prev = seq.num_computed_tokens
+        seq.num_computed_tokens = seq.num_tokens  # the KV of every token before this one
+        self.block_manager.cache_full_blocks(seq, prev)
+        out = self._append_token(seq, token, logprob, entropy)
+        if out.finished or out.paused:
+            seq.spec_buffer.clear()
+        return out
 
     def _append_token(
         self, seq: Sequence, token: int, logprob: float, entropy: float

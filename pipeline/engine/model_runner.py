@@ -104,7 +104,7 @@ class ModelRunner:
                 DecodeGroup(lo, hi, self._tensor(rows), self._tensor(ctx_lens[lo:hi]))
             )
         for i, s in enumerate(decodes):
-            if s.samples:
+            if s.samples or s.seq.num_draft:  # a proposal cut to one token still samples it
                 sample_rows.append(i)
                 order.append(s)
 
@@ -117,14 +117,20 @@ class ModelRunner:
             slots.extend(table[p // bs] * bs + p % bs for p in range(start, start + n))
             if not prefill_rows:
                 meta.prefills.append(PrefillChunk(offset, n, start, self._tensor(table)))
-            if s.samples:
+            if seq.num_draft:  # speculation: every row is sampled, each checks the next token
+                sample_rows.extend(range(offset, offset + n))
+                order.extend([s] * n)
+            elif s.samples:
                 sample_rows.append(offset + n - 1)
                 order.append(s)
         meta.slot_mapping = self._tensor(slots)
         return self._tensor(input_ids), self._tensor(positions), meta, sample_rows, order
 
-    def execute(self, scheduled: list[ScheduledSequence]) -> dict[str, tuple[int, float, float]]:
-        """Forward the batch; returns {request_id: (token, logprob, entropy)} for sampled rows."""
+    def execute(
+        self, scheduled: list[ScheduledSequence]
+    ) -> dict[str, list[tuple[int, float, float]]]:
+        """Forward the batch; returns {request_id: [(token, logprob, entropy), ...]}: one per
+        sampled sequence, or one per row of a speculative chunk (its positions in order)."""
         input_ids, positions, meta, sample_rows, order = self.prepare(scheduled)
         if self.graphs is not None and self.graphs.can_run(meta, input_ids.shape[0]):
             hidden = self.graphs.run(input_ids, positions, meta)
@@ -137,10 +143,20 @@ class ModelRunner:
             self.last_logits = {s.seq.request_id: logits[i] for i, s in enumerate(order)}
         params = [s.seq.params for s in order]
         self._guide(logits, order)
-        # The token being sampled will sit at index seq.num_tokens: that position seeds it.
-        uniforms = [position_uniform(s.seq.seed, s.seq.num_tokens) for s in order]
+        # The token being sampled will sit at index seq.num_tokens: that position seeds it. A
+        # speculative chunk's row r predicts the position after its input, computed + r + 1.
+        positions, rows_seen = [], {}
+        for s in order:
+            seq = s.seq
+            if seq.num_draft:
+                r = rows_seen[seq.request_id] = rows_seen.get(seq.request_id, -1) + 1
+                positions.append(seq.num_computed_tokens + r + 1)
+            else:
+                positions.append(seq.num_tokens)
+        uniforms = [position_uniform(s.seq.seed, p) for s, p in zip(order, positions, strict=True)]
         out = self.sampler(logits, params, uniforms)
-        return {
-            s.seq.request_id: (out.token_ids[i], out.logprobs[i], out.entropies[i])
-            for i, s in enumerate(order)
-        }
+        sampled: dict[str, list[tuple[int, float, float]]] = {}
+        for i, s in enumerate(order):
+            row = (out.token_ids[i], out.logprobs[i], out.entropies[i])
+            sampled.setdefault(s.seq.request_id, []).append(row)
+        return sampled

@@ -41,6 +41,9 @@ class Sequence:
         "arrival",
         "priority",
         "guide",
+        "spec_buffer",
+        "num_draft",
+        "spec_acceptance",
     )
 
     def __init__(
@@ -71,6 +74,12 @@ class Sequence:
         self.cumulative_logprob = 0.0  # of the sampled tokens (rollbacks do not undo it)
         self.arrival = arrival
         self.guide = None  # structured output's state (guided.Guide), made on first sample
+        # Speculative decoding (engine.py): tokens verified in one forward pass, handed out one
+        # per step as if sampled then; and how many proposed tokens sit after the last token
+        # while a step computes them.
+        self.spec_buffer: list[tuple[int, float, float]] = []
+        self.num_draft = 0
+        self.spec_acceptance = None  # speculative.Acceptance, made on the first proposal
 
     @property
     def num_tokens(self) -> int:

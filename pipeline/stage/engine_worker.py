@@ -8,7 +8,7 @@ import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
-from pipeline.config import EngineConfig, PipelineConfig
+from pipeline.config import EngineConfig, PipelineConfig, SpeculativeConfig
 from pipeline.engine.base import StepEngine
 from pipeline.engine.outputs import KVStorage
 from pipeline.models.resolve import resolve_model
@@ -60,6 +60,7 @@ def engine_config(
         dtype=config.dtype,
         max_num_seqs=max_num_seqs,
         reasoning_format=config.reasoning_format or None,
+        speculative=SpeculativeConfig.from_json(config.speculative_config),
     )
     engine.kv_cache_memory_gb += extra_kv_gb
     return engine

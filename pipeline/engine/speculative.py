@@ -1,0 +1,85 @@
+"""Speculative decoding's proposer and verifier (pure: token ids in, token ids out).
+
+The engine (engine.py) puts a sequence's proposed tokens after its last one, computes them all
+in one forward pass as a chunk, and samples every row of it. The sampler draws each position's
+uniform from (seed, position) alone (sampler.py), so the token sampled at a position is the one
+decoding without speculation would sample there: a proposed token is accepted while it equals
+that sample, and the first that differs is replaced by it. Outputs are therefore the same
+tokens as with speculation off, greedy or sampled, seed for seed (a stricter guarantee than
+rejection sampling's same distribution); the price is a lower acceptance when sampling.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from pipeline.config import SpeculativeConfig
+
+
+def propose_ngram(tokens: list[int], k: int, n_min: int, n_max: int) -> list[int]:
+    """vLLM's prompt lookup (`ngram`): the up to `k` tokens that followed the latest earlier
+    occurrence of the last n tokens, trying n from `n_max` down to `n_min`; [] if none."""
+    size = len(tokens)
+    if k < 1 or size < n_min + 1:
+        return []
+    arr = np.asarray(tokens, dtype=np.int64)
+    for n in range(min(n_max, size - 1), n_min - 1, -1):
+        # Windows that end before the last token: each has at least one token after it.
+        windows = sliding_window_view(arr[: size - 1], n)
+        hits = np.flatnonzero((windows == arr[size - n :]).all(axis=1))
+        if hits.size:
+            start = int(hits[-1]) + n
+            return arr[start : start + k].tolist()
+    return []
+
+
+class Acceptance:
+    """One sequence's record of its proposals, which sizes the next: speculation is cut back
+    where it does not pay. A proposal costs forward rows whether or not it is accepted, so
+    after a run of passes that kept almost nothing the sequence stops proposing for a while
+    (then tries again: a reasoning model's text turns repetitive, as when it re-checks), and
+    otherwise proposes about as far as its recent passes reached. Outputs do not depend on it."""
+
+    __slots__ = ("mean", "passes", "resume_at")
+
+    WEIGHT = 0.3  # of the newest pass in the running mean of accepted tokens per pass
+    MIN_MEAN = 0.15  # accepted tokens per pass below which proposing stops ...
+    MIN_PASSES = 8  # ... once this many passes were seen
+    PAUSE_TOKENS = 64  # for this many tokens
+
+    def __init__(self) -> None:
+        self.mean: float | None = None
+        self.passes = 0
+        self.resume_at = 0
+
+    def k(self, k_max: int, num_tokens: int) -> int:
+        """How many tokens to propose now (0: none)."""
+        if num_tokens < self.resume_at:
+            return 0
+        if self.mean is None:
+            return k_max
+        return max(1, min(k_max, math.ceil(self.mean) + 1))
+
+    def update(self, accepted: int, num_tokens: int) -> None:
+        w = self.WEIGHT
+        self.mean = accepted if self.mean is None else (1 - w) * self.mean + w * accepted
+        self.passes += 1
+        if self.passes >= self.MIN_PASSES and self.mean < self.MIN_MEAN:
+            self.mean, self.passes, self.resume_at = None, 0, num_tokens + self.PAUSE_TOKENS
+
+
+def propose(config: SpeculativeConfig, tokens: list[int], k: int) -> list[int]:
+    """Up to `k` proposed tokens after `tokens` (k: the config's, or less where a budget ends)."""
+    return propose_ngram(tokens, k, config.prompt_lookup_min, config.prompt_lookup_max)
+
+
+def num_accepted(proposed: list[int], sampled: list[int]) -> int:
+    """How many proposed tokens stand: `sampled[i]` is the target's token at the position of
+    `proposed[i]` (given the proposed tokens before it), `sampled` one longer than checked."""
+    a = 0
+    while a < len(proposed) and a < len(sampled) - 1 and sampled[a] == proposed[a]:
+        a += 1
+    return a

@@ -57,6 +57,7 @@ class DecodeCore:
         self.runs: dict[str, JobRun] = {}
         self.traced: set[str] = set()  # pending handoffs whose trace is sampled
         self._stats = TickStats()
+        self._engine_counts = _engine_counts(engine)  # to report each tick's increase
         # The live pace and load, for jobs' deadlines and the budget controller's report.
         self.loop = ReasoningLoop(engine)  # the engine's steps, every job's budget and reasoning
         self.load = LoadTracker()
@@ -106,6 +107,10 @@ class DecodeCore:
         self._stats = TickStats()
         self._admit(out)
         out.stats.generated_tokens += self.loop.step()
+        counts = _engine_counts(self.engine)
+        grown = [now - before for now, before in zip(counts, self._engine_counts, strict=True)]
+        st, self._engine_counts = out.stats, counts
+        st.forwards, st.spec_drafts, st.spec_draft_tokens, st.spec_accepted_tokens = grown
         emit, now_s = _Emitter(out, self.engine.tokenizer, now_ms()), time.monotonic()
         self._apply_verdicts(emit, now_s)
         live = self._advance(emit, now_s)
@@ -313,6 +318,11 @@ class DecodeCore:
                 self.engine.finish(seq.request_id, "error")
         seq.fail()  # an error whatever reason the engine gave (a held finish's, say)
         run.driver.reasoner.finished = True
+
+
+def _engine_counts(engine: StepEngine) -> tuple[int, int, int, int]:
+    st = engine.stats
+    return st.num_forwards, st.num_spec_forwards, st.num_spec_proposed, st.num_spec_accepted
 
 
 class _Emitter:

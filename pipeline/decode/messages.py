@@ -63,6 +63,11 @@ class TickStats(msgspec.Struct, kw_only=True):
     """The core's telemetry for one tick (the I/O side's process owns the metrics)."""
 
     generated_tokens: int = 0
+    # The engine's forwards and speculative decoding's counts in this tick (see EngineStats).
+    forwards: int = 0
+    spec_drafts: int = 0  # proposals verified
+    spec_draft_tokens: int = 0  # tokens proposed
+    spec_accepted_tokens: int = 0
     step_tokens: list[int] = []  # tokens of each step of the jobs that finished
     step_hits: int = 0  # step-cache lookups
     step_misses: int = 0

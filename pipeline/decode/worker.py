@@ -147,6 +147,9 @@ class DecodeWorker(EngineStageWorker):
             st.num_reprefills,
         )
         telemetry.add_generated_tokens(st.generated_tokens)
+        telemetry.add_forwards(
+            st.forwards, st.spec_drafts, st.spec_draft_tokens, st.spec_accepted_tokens
+        )
         for n in st.step_tokens:
             telemetry.observe_step(n)
         for _ in range(st.step_hits):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import typing
+from collections import defaultdict
 from collections.abc import Iterable
 
 from prometheus_client import (
@@ -146,6 +147,36 @@ class Metrics:
             "Tokens the engine sampled (kept, discarded and probes alike).",
             stage, registry=r,
         )  # fmt: skip
+        self.forwards = Counter(
+            "stepwise_engine_forwards_total",
+            "Model forward passes the engine ran (generated tokens over these: tokens per "
+            "forward, above 1 with speculative decoding).",
+            stage, registry=r,
+        )  # fmt: skip
+        # Speculative decoding, by vLLM's names (vllm:spec_decode_*).
+        self.spec_drafts = Counter(
+            "stepwise_spec_decode_num_drafts_total", "Proposals verified (one per job per pass).",
+            stage, registry=r,
+        )  # fmt: skip
+        self.spec_draft_tokens = Counter(
+            "stepwise_spec_decode_num_draft_tokens_total", "Tokens proposed.", stage, registry=r
+        )
+        self.spec_accepted_tokens = Counter(
+            "stepwise_spec_decode_num_accepted_tokens_total",
+            "Proposed tokens accepted (equal to what decoding without speculation samples).",
+            stage, registry=r,
+        )  # fmt: skip
+        self.spec_acceptance = Gauge(
+            "stepwise_spec_decode_acceptance_ratio",
+            "Accepted over proposed tokens since the worker started (a window: rate() of the "
+            "two counters).",
+            stage, registry=r,
+        )  # fmt: skip
+        self.tokens_per_forward = Gauge(
+            "stepwise_engine_tokens_per_forward",
+            "Generated tokens over forward passes since the worker started.",
+            stage, registry=r,
+        )  # fmt: skip
         # Load --------------------------------------------------------------------------------
         self.lag = Gauge(
             "stepwise_consumer_lag_messages", "Records behind the end of the stage's input topic.",
@@ -233,6 +264,8 @@ class Metrics:
         self.call_retries = Counter(
             "stepwise_trace_call_retries", "Retries of traced calls.", edge, registry=r
         )
+        # Counts since the process started, per (stage, name), for the ratio gauges.
+        self._totals: defaultdict[tuple[str, str], int] = defaultdict(int)
         self.info = Info("stepwise_worker", "The stage and model this process serves.", registry=r)
         # Series with a closed label set start at 0, so rate() works before the first event.
         for verdict in VERDICTS:
@@ -296,6 +329,31 @@ class Metrics:
 
     def add_generated_tokens(self, num_tokens: int, stage: str = "decode") -> None:
         self.generated_tokens.labels(_check(stage, WORKER_STAGES, "stage")).inc(num_tokens)
+        self._totals[stage, "generated"] += num_tokens
+
+    def add_forwards(
+        self,
+        forwards: int,
+        drafts: int = 0,
+        draft_tokens: int = 0,
+        accepted_tokens: int = 0,
+        stage: str = "decode",
+    ) -> None:
+        """The engine's forward passes and speculative decoding's counts since the last call;
+        the two ratio gauges follow the counters' totals."""
+        _check(stage, WORKER_STAGES, "stage")
+        self.forwards.labels(stage).inc(forwards)
+        self.spec_drafts.labels(stage).inc(drafts)
+        self.spec_draft_tokens.labels(stage).inc(draft_tokens)
+        self.spec_accepted_tokens.labels(stage).inc(accepted_tokens)
+        t = self._totals
+        t[stage, "forwards"] += forwards
+        t[stage, "proposed"] += draft_tokens
+        t[stage, "accepted"] += accepted_tokens
+        if t[stage, "proposed"]:
+            self.spec_acceptance.labels(stage).set(t[stage, "accepted"] / t[stage, "proposed"])
+        if t[stage, "forwards"]:
+            self.tokens_per_forward.labels(stage).set(t[stage, "generated"] / t[stage, "forwards"])
 
     # -- load ----------------------------------------------------------------------------------
 

@@ -50,6 +50,12 @@ METRIC_NAMES = (
     "stepwise_completion_tokens_total",
     "stepwise_jobs_total",
     "stepwise_engine_generated_tokens_total",
+    "stepwise_engine_forwards_total",
+    "stepwise_spec_decode_num_drafts_total",
+    "stepwise_spec_decode_num_draft_tokens_total",
+    "stepwise_spec_decode_num_accepted_tokens_total",
+    "stepwise_spec_decode_acceptance_ratio",
+    "stepwise_engine_tokens_per_forward",
     "stepwise_consumer_lag_messages",
     "stepwise_kv_cache_usage_ratio",
     "stepwise_kv_cache_used_blocks",
@@ -85,6 +91,7 @@ observe_result = DEFAULT.observe_result
 observe_step = DEFAULT.observe_step
 observe_stage = DEFAULT.observe_stage
 add_generated_tokens = DEFAULT.add_generated_tokens
+add_forwards = DEFAULT.add_forwards
 set_lag = DEFAULT.set_lag
 set_kv_usage = DEFAULT.set_kv_usage
 set_inflight = DEFAULT.set_inflight

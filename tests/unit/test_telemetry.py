@@ -64,6 +64,7 @@ def exercise(m: Metrics) -> None:
     m.observe_step(12)
     m.observe_stage("ingest", 0.002)
     m.add_generated_tokens(5)
+    m.add_forwards(4, drafts=1, draft_tokens=3, accepted_tokens=1)
     m.set_lag("prefill", 3)
     m.set_kv_usage(30, 120)
     m.set_inflight(7)
@@ -196,12 +197,27 @@ def test_budget_stop_reason_and_slo_class_are_labels(m):
 # -- the other helpers -------------------------------------------------------------------------
 
 
+def test_speculative_counters_and_their_ratios(m):
+    m.add_generated_tokens(10)
+    m.add_forwards(4, drafts=3, draft_tokens=9, accepted_tokens=6)
+    assert value(m, "stepwise_spec_decode_num_drafts_total", stage="decode") == 3
+    assert value(m, "stepwise_spec_decode_num_draft_tokens_total", stage="decode") == 9
+    assert value(m, "stepwise_spec_decode_num_accepted_tokens_total", stage="decode") == 6
+    assert value(m, "stepwise_spec_decode_acceptance_ratio", stage="decode") == pytest.approx(2 / 3)
+    assert value(m, "stepwise_engine_tokens_per_forward", stage="decode") == pytest.approx(2.5)
+    m.add_generated_tokens(2)  # a tick with no proposal: the ratios follow the totals
+    m.add_forwards(2)
+    assert value(m, "stepwise_spec_decode_acceptance_ratio", stage="decode") == pytest.approx(2 / 3)
+    assert value(m, "stepwise_engine_tokens_per_forward", stage="decode") == pytest.approx(2.0)
+
+
 def test_gauges_and_counters_of_the_helpers(m):
     exercise(m)
     assert value(m, "stepwise_step_tokens_bucket", le="16.0") == 1
     assert value(m, "stepwise_step_tokens_bucket", le="8.0") == 0
     assert value(m, "stepwise_stage_latency_seconds_count", stage="ingest") == 1
     assert value(m, "stepwise_engine_generated_tokens_total", stage="decode") == 5
+    assert value(m, "stepwise_engine_forwards_total", stage="decode") == 4
     assert value(m, "stepwise_consumer_lag_messages", stage="prefill") == 3
     assert value(m, "stepwise_kv_cache_used_blocks", stage="decode") == 30
     assert value(m, "stepwise_kv_cache_capacity_blocks", stage="decode") == 120

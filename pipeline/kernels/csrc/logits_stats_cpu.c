@@ -11,7 +11,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#ifdef __AVX512F__
+#if defined(__AVX512F__) && !defined(STEPWISE_PORTABLE)
 #include <immintrin.h>
 
 /* The maximum and the first index holding it: per-lane maxima with the index where each was
@@ -32,6 +32,37 @@ static void max_argmax(const float *x, int64_t v, float *max_out, int64_t *arg_o
   float best = _mm512_reduce_max_ps(m);
   const __mmask16 hit = _mm512_cmp_ps_mask(m, _mm512_set1_ps(best), _CMP_EQ_OQ);
   int64_t arg = hit ? _mm512_mask_reduce_min_epi32(hit, idx) : 0;
+  for (; i < v; i++)
+    if (x[i] > best) best = x[i], arg = i;
+  *max_out = best;
+  *arg_out = arg;
+}
+#elif defined(__AVX2__) && !defined(STEPWISE_PORTABLE)
+#include <immintrin.h>
+
+/* The same scheme at 8 lanes: AVX2 has no mask registers, so the compare yields a lane mask
+ * that blendv applies, and the lanes are reduced through memory (8 values, once per row). */
+static void max_argmax(const float *x, int64_t v, float *max_out, int64_t *arg_out) {
+  __m256 m = _mm256_set1_ps(-INFINITY);
+  __m256i idx = _mm256_setzero_si256(), at = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i step = _mm256_set1_epi32(8);
+  int64_t i = 0;
+  for (; i + 8 <= v; i += 8) {
+    const __m256 y = _mm256_loadu_ps(x + i);
+    const __m256 gt = _mm256_cmp_ps(y, m, _CMP_GT_OQ);
+    m = _mm256_blendv_ps(m, y, gt);
+    idx = _mm256_castps_si256(
+        _mm256_blendv_ps(_mm256_castsi256_ps(idx), _mm256_castsi256_ps(at), gt));
+    at = _mm256_add_epi32(at, step);
+  }
+  float lanes[8];
+  int32_t where[8];
+  _mm256_storeu_ps(lanes, m);
+  _mm256_storeu_si256((__m256i *)where, idx);
+  float best = lanes[0];
+  int64_t arg = where[0];
+  for (int k = 1; k < 8; k++)  /* the max, then the lowest index among the lanes holding it */
+    if (lanes[k] > best || (lanes[k] == best && where[k] < arg)) best = lanes[k], arg = where[k];
   for (; i < v; i++)
     if (x[i] > best) best = x[i], arg = i;
   *max_out = best;

@@ -3,7 +3,7 @@
  * The portable loops in paged_attention_cpu_impl.h compute each score as one dot product and
  * reduce it across its vector lanes on its own: a chain of shuffles and adds per score, which
  * (not memory) bounded the kernel. Here 16 key positions are done at once: 16 lane-wise
- * partial dot products, then one transpose-and-add (reduce16) turns them into the 16 scores,
+ * partial dot products, then one transpose-and-add (pa_reduce) turns them into the 16 scores,
  * about a third of the shuffles. With AVX512_BF16, bf16 q . k runs on vdpbf16ps (products of
  * bf16 pairs, exact in fp32, summed in fp32) with no conversion of K. V rows are widened to
  * fp32 and accumulated in registers over chunks of positions that stay in L1. */
@@ -11,9 +11,22 @@
 #define STEPWISE_PAGED_ATTENTION_AVX512_H
 #include <immintrin.h>
 
+#define PA_SIMD 1
 #define PA_LANES 16
 #define PA_MAX_VECS 16  /* head_dim <= 256 in registers */
+#define PA_COL_VECS 16  /* V accumulators in registers: all of a row up to head_dim 256 */
 #define PA_PV_CHUNK 64  /* V positions per pass over the G heads: 64 rows of D stay in L1 */
+
+typedef __m512 pa_vec;
+static inline __m512 pa_loadu(const float *p) { return _mm512_loadu_ps(p); }
+static inline void pa_storeu(float *p, __m512 v) { _mm512_storeu_ps(p, v); }
+static inline __m512 pa_set1(float x) { return _mm512_set1_ps(x); }
+static inline __m512 pa_mul(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }
+static inline __m512 pa_fmadd(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
+/* Stores lanes 0 .. n - 1 of v (n <= 16). */
+static inline void pa_store_first(float *p, __m512 v, int64_t n) {
+  _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1u), v);
+}
 
 static inline __m512 pa_load_f32(const float *p) { return _mm512_loadu_ps(p); }
 static inline __m512 pa_load_bf16(const uint16_t *p) {
@@ -22,7 +35,7 @@ static inline __m512 pa_load_bf16(const uint16_t *p) {
 }
 
 /* Lane i of the result is the sum of the 16 lanes of a[i]. */
-static inline __m512 pa_reduce16(const __m512 a[16]) {
+static inline __m512 pa_reduce(const __m512 a[16]) {
   __m512 x[8], y[4], z[2];
   for (int i = 0; i < 8; i++) /* lanes (a, b, a, b) per 128 bits: pairs folded */
     x[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]),

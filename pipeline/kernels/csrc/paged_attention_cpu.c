@@ -18,8 +18,20 @@
 #include <string.h>
 
 #include "bf16.h"
-#ifdef __AVX512F__
+/* The vector pieces for the widest ISA this build targets (-march=native: the host's flags);
+ * with neither, or with STEPWISE_PORTABLE defined (bench/cpu_kernels.py's baseline), the
+ * portable loops of paged_attention_cpu_impl.h alone, vectorized by the compiler. */
+#if defined(STEPWISE_PORTABLE)
+#elif defined(__AVX512F__)
 #include "paged_attention_avx512.h"
+#elif defined(__AVX2__) && defined(__FMA__)
+#include "paged_attention_avx2.h"
+#endif
+/* Rows of D in each thread's `row` scratch: a V chunk (or a K chunk) widened to fp32. */
+#ifdef PA_SIMD
+#define PA_ROWS (PA_PV_CHUNK > PA_LANES ? PA_PV_CHUNK : PA_LANES)
+#else
+#define PA_ROWS 1
 #endif
 
 /* Shapes and strides (in elements); mirrored by ctypes in paged_attention_cpu.py. */

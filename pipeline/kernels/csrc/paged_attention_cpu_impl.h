@@ -5,7 +5,7 @@
 #define CAT(a, b) CAT_(a, b)
 #define NAME(x) CAT(x, SUFFIX)
 
-#ifdef __AVX512F__
+#ifdef PA_SIMD
 /* Row pointers of positions t0 .. t0 + n - 1 of a paged cache (head base h, block stride
  * sblk); rows[i] for i in [n, fill) repeat the last one, so a partial chunk reads valid memory. */
 static inline void NAME(chunk_rows)(const ELEM *h, const int64_t *table, int64_t sblk,
@@ -19,47 +19,87 @@ static inline void NAME(chunk_rows)(const ELEM *h, const int64_t *table, int64_t
   for (int64_t i = n; i < fill; i++) rows[i] = rows[n - 1];
 }
 
-/* scores[g * ctx + t] = scale * q_g . K[t], 16 positions at a time (see the header). */
-static inline __attribute__((always_inline)) void NAME(qk_avx512)(
+/* scores[g * ctx + t] = scale * q_g . K[t], PA_LANES positions at a time (see the ISA's
+ * header: paged_attention_avx512.h or paged_attention_avx2.h). */
+#if defined(ELEM_IS_BF16) && !defined(__AVX512BF16__)
+/* bf16 rows without vdpbf16ps are widened to fp32 once per chunk into `wide` (rows of D), not
+ * once per query head of the group: the widening, not memory, bounded the kernel at G > 1. */
+#define PA_WIDEN 1
+static inline void pa_widen_rows(const uint16_t **rows, int64_t n, float *wide, int64_t d,
+                                 const float **out) {
+  for (int64_t i = 0; i < n; i++) {
+    for (int64_t c = 0; c < d; c += PA_LANES) pa_storeu(wide + i * d + c, pa_load_bf16(rows[i] + c));
+    out[i] = wide + i * d;
+  }
+}
+#else
+#define PA_WIDEN 0
+#endif
+
+static inline __attribute__((always_inline)) void NAME(qk_simd)(
     const ELEM *q, const ELEM *kh, const int64_t *table, int64_t ctx,
-    const struct attn_shape *s, const float *qf, float *scores, const int64_t d) {
+    const struct attn_shape *s, const float *qf, float *scores, float *wide, const int64_t d) {
   const ELEM *rows[PA_LANES];
-  const __m512 scale = _mm512_set1_ps(s->scale);
+  const pa_vec scale = pa_set1(s->scale);
+  (void)wide;
   for (int64_t t0 = 0; t0 < ctx; t0 += PA_LANES) {
     const int64_t n = ctx - t0 < PA_LANES ? ctx - t0 : PA_LANES;
     NAME(chunk_rows)(kh, table, s->sk_blk, s->bs, t0, n, PA_LANES, d, rows);
-    const __mmask16 m = (__mmask16)((1u << n) - 1u);
+#if PA_WIDEN
+    const float *wrows[PA_LANES];
+    pa_widen_rows(rows, PA_LANES, wide, d, wrows);
+#endif
     for (int64_t g = 0; g < s->g_heads; g++) {
-      __m512 acc[PA_LANES];
+      pa_vec acc[PA_LANES];
 #pragma GCC unroll 16
       for (int i = 0; i < PA_LANES; i++)
+#if PA_WIDEN
+        acc[i] = pa_dot_f32(qf + g * d, NULL, wrows[i], d);
+#else
         acc[i] = NAME(pa_dot)(qf + g * d, q + g * s->sq_h, rows[i], d);
-      _mm512_mask_storeu_ps(scores + g * ctx + t0, m, _mm512_mul_ps(pa_reduce16(acc), scale));
+#endif
+      pa_store_first(scores + g * ctx + t0, pa_mul(pa_reduce(acc), scale), n);
     }
   }
 }
 
-/* acc[g] = sum_t probs[g * ctx + t] * V[t], fp32, in registers per chunk of positions. */
-static inline __attribute__((always_inline)) void NAME(pv_avx512)(
+/* acc[g] = sum_t probs[g * ctx + t] * V[t], fp32, in registers per chunk of positions and
+ * PA_COL_VECS vectors of columns (all of them on AVX-512). */
+static inline __attribute__((always_inline)) void NAME(pv_simd)(
     const ELEM *vh, const int64_t *table, int64_t ctx, const struct attn_shape *s,
-    const float *probs, float *acc, const int64_t d) {
+    const float *probs, float *acc, float *wide, const int64_t d) {
   const ELEM *rows[PA_PV_CHUNK];
   const int64_t nv = d / PA_LANES;
+  (void)wide;
   for (int64_t t0 = 0; t0 < ctx; t0 += PA_PV_CHUNK) {
     const int64_t n = ctx - t0 < PA_PV_CHUNK ? ctx - t0 : PA_PV_CHUNK;
     NAME(chunk_rows)(vh, table, s->sv_blk, s->bs, t0, n, n, d, rows);
+#if PA_WIDEN
+    const float *vrows[PA_PV_CHUNK];  /* the chunk in fp32, once for all G heads */
+    pa_widen_rows(rows, n, wide, d, vrows);
+#define PA_V_ROW(i) vrows[i]
+#define PA_V_LOAD pa_load_f32
+#else
+#define PA_V_ROW(i) rows[i]
+#define PA_V_LOAD NAME(pa_load)
+#endif
     for (int64_t g = 0; g < s->g_heads; g++) {
-      __m512 a[PA_MAX_VECS];
-      float *ag = acc + g * d;
       const float *pg = probs + g * ctx + t0;
-      for (int64_t c = 0; c < nv; c++) a[c] = _mm512_loadu_ps(ag + c * PA_LANES);
-      for (int64_t i = 0; i < n; i++) {
-        const __m512 p = _mm512_set1_ps(pg[i]);
-        for (int64_t c = 0; c < nv; c++)
-          a[c] = _mm512_fmadd_ps(p, NAME(pa_load)(rows[i] + c * PA_LANES), a[c]);
+      for (int64_t c0 = 0; c0 < nv; c0 += PA_COL_VECS) {
+        const int64_t nc = nv - c0 < PA_COL_VECS ? nv - c0 : PA_COL_VECS;
+        float *ag = acc + g * d + c0 * PA_LANES;
+        pa_vec a[PA_COL_VECS];
+        for (int64_t c = 0; c < nc; c++) a[c] = pa_loadu(ag + c * PA_LANES);
+        for (int64_t i = 0; i < n; i++) {
+          const pa_vec p = pa_set1(pg[i]);
+          for (int64_t c = 0; c < nc; c++)
+            a[c] = pa_fmadd(p, PA_V_LOAD(PA_V_ROW(i) + (c0 + c) * PA_LANES), a[c]);
+        }
+        for (int64_t c = 0; c < nc; c++) pa_storeu(ag + c * PA_LANES, a[c]);
       }
-      for (int64_t c = 0; c < nv; c++) _mm512_storeu_ps(ag + c * PA_LANES, a[c]);
     }
+#undef PA_V_ROW
+#undef PA_V_LOAD
   }
 }
 #if defined(__AVX512BF16__) && defined(ELEM_IS_BF16)
@@ -126,7 +166,8 @@ static void NAME(pv_pairs)(const uint16_t *vh, const int64_t *table, int64_t ctx
 #endif
 
 /* One (sequence, KV head): scores of its G query heads, softmax, weighted sum of V.
- * Scratch: scores [G, ctx], qf [G, D], acc [G, D], row [D]. */
+ * Scratch: scores [G, ctx], qf [G, D], acc [G, D], row [PA_ROWS, D] (a row for the portable
+ * loops; a chunk of rows widened to fp32 for the vector path). */
 static inline __attribute__((always_inline)) void NAME(attend_body)(
     const ELEM *q, const ELEM *kh, const ELEM *vh, const int64_t *table, int64_t ctx, ELEM *out,
     const struct attn_shape *s, float *scores, float *qf, float *acc, float *row,
@@ -142,8 +183,8 @@ static inline __attribute__((always_inline)) void NAME(attend_body)(
   memset(acc, 0, (size_t)(g_heads * d) * sizeof(float));
   if (ctx > 0) {
     const int64_t nblk = (ctx + bs - 1) / bs;
-#ifdef __AVX512F__
-    if (vector) NAME(qk_avx512)(q, kh, table, ctx, s, qf, scores, d);
+#ifdef PA_SIMD
+    if (vector) NAME(qk_simd)(q, kh, table, ctx, s, qf, scores, row, d);
     else
 #endif
     for (int64_t j = 0; j < nblk; j++) {  /* scores = q . K */
@@ -165,8 +206,8 @@ static inline __attribute__((always_inline)) void NAME(attend_body)(
       NAME(pv_pairs)(vh, table, ctx, g_heads, s->sv_blk, bs, scores, acc, d);
     else
 #endif
-#ifdef __AVX512F__
-    if (vector) NAME(pv_avx512)(vh, table, ctx, s, scores, acc, d);
+#ifdef PA_SIMD
+    if (vector) NAME(pv_simd)(vh, table, ctx, s, scores, acc, row, d);
     else
 #endif
     for (int64_t j = 0; j < nblk; j++) {  /* acc = probs . V */
@@ -187,6 +228,7 @@ static inline __attribute__((always_inline)) void NAME(attend_body)(
 
 #undef PA_VECTOR_D
 #undef PA_PV_PAIRS
+#undef PA_WIDEN
 
 /* The common head dims get a copy each with `d` a constant (unrolled, no remainder loops). */
 static void NAME(attend_one)(const ELEM *q, const ELEM *kh, const ELEM *vh,
@@ -217,7 +259,7 @@ int NAME(paged_decode_attention)(const ELEM *q, const ELEM *k_cache, const ELEM 
   int rc = check_rows(block_tables, context_lens, s, &max_ctx);
   if (rc != ATTN_OK) return rc;
   const int64_t g_heads = s->g_heads, d = s->d, ctx_cap = max_ctx > 0 ? max_ctx : 1;
-  const size_t n_scratch = (size_t)(g_heads * ctx_cap + 2 * g_heads * d + d);
+  const size_t n_scratch = (size_t)(g_heads * ctx_cap + 2 * g_heads * d + PA_ROWS * d);
 #pragma omp parallel
   {
     float *scratch = (float *)malloc(n_scratch * sizeof(float));

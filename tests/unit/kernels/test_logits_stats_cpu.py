@@ -87,18 +87,20 @@ def test_strided_rows_and_threads():
 
 
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 flag")
-def test_portable_build_matches(tmp_path, monkeypatch):
+@pytest.mark.parametrize("cflags", ["-mno-avx512f", "-mno-avx512f -mno-avx2 -mno-fma"])
+def test_avx2_and_portable_builds_match(tmp_path, monkeypatch, cflags):
     logits = make_logits(3, 777)
-    logits[1, [40, 41]] = 60.0
+    logits[1, [40, 41]] = 60.0  # a tie across two vector lanes: the first index wins
+    logits[2, [3, 11, 19]] = 55.0  # a tie in one lane's positions of both AVX2 and AVX-512
     monkeypatch.setenv("STEPWISE_KERNELS_DIR", str(tmp_path))
-    monkeypatch.setenv("STEPWISE_KERNELS_CFLAGS", "-mno-avx512f")
+    monkeypatch.setenv("STEPWISE_KERNELS_CFLAGS", cflags)
     cpu_build.load.cache_clear()
     try:
         stats = LogitsStats(*logits_stats_cpu.logits_stats_cpu(logits))
         assert list(tmp_path.glob("logits_stats_cpu-*.so"))
     finally:
         cpu_build.load.cache_clear()
-    assert stats.argmax[1] == 40
+    assert stats.argmax[1] == 40 and stats.argmax[2] == 3
     check(stats, logits)
 
 

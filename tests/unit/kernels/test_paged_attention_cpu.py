@@ -51,15 +51,27 @@ def test_odd_block_size_strided_q_and_int32_indices(dtype, head_dim):
     assert_close(out, reference(q, k, v, tables, ctx, 0.3), dtype)
 
 
+# Builds an x86 host may pick by its flags, each made here whatever this host would pick:
+# AVX-512 without BF16 (bf16 rows widened once per chunk), AVX2 + FMA (paged_attention_avx2.h)
+# and the portable loops (no vector ISA named). A flag this host lacks builds its own path.
+X86_BUILDS = {
+    "avx512-no-bf16": "-mno-avx512bf16",
+    "avx2": "-mno-avx512f",
+    "portable": "-mno-avx512f -mno-avx2 -mno-fma",
+}
+
+
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 flag")
+@pytest.mark.parametrize("build", X86_BUILDS)
+@pytest.mark.parametrize("head_dim", [64, 128, 24])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_portable_build_matches_the_native_one(tmp_path, monkeypatch, dtype):
-    # Built without AVX-512 (the loops an AVX2 host runs), on the same inputs as the native
-    # build: both paths are checked on any x86 host, whichever one this host would pick.
-    q, k, v, tables, ctx = make_case("cpu", dtype, 3, 3, CONTEXTS, head_dim=64)
+def test_other_isa_builds_match_the_native_one(tmp_path, monkeypatch, dtype, head_dim, build):
+    # On the same inputs as the native build: head dims 64 and 128 take the vector path (128:
+    # two passes of the AVX2 V accumulators), 24 its portable fallback.
+    q, k, v, tables, ctx = make_case("cpu", dtype, 3, 3, CONTEXTS, head_dim=head_dim)
     native = paged_decode_attention_cpu(q, k, v, tables, ctx, 0.125)
     monkeypatch.setenv("STEPWISE_KERNELS_DIR", str(tmp_path))
-    monkeypatch.setenv("STEPWISE_KERNELS_CFLAGS", "-mno-avx512f")
+    monkeypatch.setenv("STEPWISE_KERNELS_CFLAGS", X86_BUILDS[build])
     cpu_build.load.cache_clear()
     try:
         portable = paged_decode_attention_cpu(q, k, v, tables, ctx, 0.125)

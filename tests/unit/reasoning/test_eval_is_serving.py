@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline import schema
-from pipeline.config import PipelineConfig
+from pipeline.config import PipelineConfig, SpeculativeConfig
 from pipeline.decode.core import DecodeCore
 from pipeline.decode.messages import Inward
 from pipeline.engine import Engine, EngineConfig
@@ -32,7 +32,9 @@ def verifier():
     v.close()
 
 
-def served(engine: Engine, problem: str, params: schema.JobParams, verifier) -> schema.Result:
+def served(
+    engine: Engine, problem: str, params: schema.JobParams, verifier, stats: list | None = None
+) -> schema.Result:
     """One job through decode's core, as a handoff whose KV did not come (prefilled again).
     Redis is a port nobody answers: the step cache misses, as for a job that is not cached."""
     config = PipelineConfig(redis="redis://127.0.0.1:9/0")
@@ -47,6 +49,8 @@ def served(engine: Engine, problem: str, params: schema.JobParams, verifier) -> 
     try:
         for _ in range(5000):
             tick = core.tick()
+            if stats is not None:
+                stats.append(tick.stats)
             verdicts = []
             for req in tick.checks:  # what a verify worker would answer, in order
                 verdict, detail, claims = verifier.submit(
@@ -92,3 +96,29 @@ def test_eval_and_decode_give_the_same_tokens(engine, verifier, verify, seed):
     # Strict runs roll back (these problems make the tiny reasoner slip): the verdicts' path,
     # rollbacks and resamples included, is compared too.
     assert (backtracks > 0) == (verify == "strict")
+
+
+def test_decode_reports_speculation_tick_by_tick(engine, verifier):
+    # The same job served with ngram speculation: the same tokens (verified tokens are handed
+    # out one per step, so the reasoning sees what it sees without it), and each tick's counts
+    # add up to the engine's, as the worker's Prometheus counters take them.
+    spec = Engine(
+        EngineConfig(
+            model=str(resolve_model("tiny-reasoner")), dtype="float32",
+            speculative=SpeculativeConfig(method="ngram", num_speculative_tokens=4),
+        )
+    )  # fmt: skip
+    params = schema.JobParams(temperature=0.0, max_tokens=160, seed=5, verify="strict")
+    problem = PROBLEMS[0]
+    plain = served(engine, problem, params, verifier)
+    ticks: list = []
+    before = spec.stats.num_spec_proposed
+    fast = served(spec, problem, params, verifier, stats=ticks)
+    assert fast.status == plain.status == "ok"
+    assert fast.text == plain.text
+    st = spec.stats
+    assert sum(t.spec_draft_tokens for t in ticks) == st.num_spec_proposed - before > 0
+    assert sum(t.spec_accepted_tokens for t in ticks) <= sum(t.spec_draft_tokens for t in ticks)
+    assert sum(t.spec_drafts for t in ticks) > 0
+    forwards, generated = sum(t.forwards for t in ticks), sum(t.generated_tokens for t in ticks)
+    assert forwards < generated  # some passes handed out more than one token

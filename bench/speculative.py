@@ -1,20 +1,28 @@
-"""Speculative decoding (`ngram`) in the native engine: the same jobs with it off and on.
+"""Speculative decoding in the native engine: the same jobs with it off and with each method.
 
     python bench/speculative.py [--model r1-reasoner] [--task broad] [--n 8] [--runs 5]
-                                [--batch 1,8] [--k 4] [--max-tokens 512] [--temperature 0.7]
+                                [--batch 1,8] [--methods ngram,suffix] [--k 4]
+                                [--max-tokens 512] [--temperature 0.7] [--repeat]
+                                [--suffix-config JSON]
 
-Each run decodes the same problems (the eval tasks' chat prompts, seeded sampling) twice,
-speculation off and on, in alternating order (off first in even runs), in one process with the
+Each run decodes the same problems (the eval tasks' chat prompts, seeded sampling) once per
+side, speculation off and each method on, the order rotated run by run, in one process with the
 same engine settings. For each batch size: tokens/s of each side (generated tokens over wall
-time, all problems in batches of that size), their ratio, acceptance (accepted over proposed)
-and tokens per forward. Every run also checks that both sides produced the same tokens, which
-they must (pipeline/engine/speculative.py); a difference fails the bench. Medians over runs
-with their spread; the last line printed is one JSON object.
+time, all problems in batches of that size), each method's ratio over off, acceptance (accepted
+over proposed) and tokens per verifying pass. `suffix` keeps earlier outputs per scope: each run
+is a scope of its own, so a job sees the outputs of the run's other problems, never its own from
+an earlier run; `--repeat` puts every run in one scope and samples each run afresh (a fleet that
+sees the same problems again; the first run sees none of them). `--k` sets ngram's
+num_speculative_tokens; suffix takes vLLM's default (its tree depth, 24), with `--suffix-config`
+JSON over its fields. Every run checks that all sides produced the same tokens, which they must
+(pipeline/engine/speculative.py); a difference fails the bench. Medians over runs with their
+spread; the last line printed is one JSON object.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -67,7 +75,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--batch", default="1,8", help="comma list of batch sizes")
-    ap.add_argument("--k", type=int, default=4, help="num_speculative_tokens")
+    ap.add_argument("--methods", default="ngram", help="comma list of: ngram, suffix")
+    ap.add_argument("--k", type=int, default=4, help="ngram's num_speculative_tokens")
+    ap.add_argument(
+        "--repeat", action="store_true", help="suffix: one scope for all runs (repeated jobs)"
+    )
+    ap.add_argument(
+        "--suffix-config",
+        default="{}",
+        help="suffix's fields as JSON, e.g. '{\"suffix_decoding_max_spec_factor\": 2}'",
+    )
     ap.add_argument("--lookup-min", type=int, default=2)
     ap.add_argument("--lookup-max", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=512)
@@ -76,77 +93,96 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json-out", type=Path)
     args = ap.parse_args(argv)
 
-    spec = SpeculativeConfig(
-        num_speculative_tokens=args.k,
-        prompt_lookup_min=args.lookup_min,
-        prompt_lookup_max=args.lookup_max,
-    )
+    methods = [m for m in args.methods.split(",") if m]
+    specs = {
+        "ngram": SpeculativeConfig(
+            num_speculative_tokens=args.k,
+            prompt_lookup_min=args.lookup_min,
+            prompt_lookup_max=args.lookup_max,
+        ),
+        "suffix": SpeculativeConfig(method="suffix", **json.loads(args.suffix_config)),
+    }
     base = EngineConfig(model=str(resolve_model(args.model)), num_threads=args.threads)
-    engines = {"off": Engine(base), "on": Engine(replace(base, speculative=spec))}
+    engines = {"off": Engine(base)}
+    engines.update({m: Engine(replace(base, speculative=specs[m])) for m in methods})
     ids = prompts(engines["off"], args.task, args.n, args.seed)
-    params = [
-        SamplingParams(temperature=args.temperature, seed=i, max_tokens=args.max_tokens)
-        for i in range(len(ids))
-    ]
     batches = [int(b) for b in args.batch.split(",")]
     print(
-        f"{args.model}, {args.task} x {len(ids)}, k {args.k}, lookup {args.lookup_min}-"
-        f"{args.lookup_max}, T {args.temperature}, {args.threads} threads; commit "
-        f"{git_commit()}; load {os.getloadavg()[0]:.2f}",
+        f"{args.model}, {args.task} x {len(ids)}, methods {', '.join(methods)} (ngram k {args.k}, "
+        f"lookup {args.lookup_min}-{args.lookup_max}), T {args.temperature}, {args.threads} "
+        f"threads; commit {git_commit()}; load {os.getloadavg()[0]:.2f}",
         flush=True,
     )
     for engine in engines.values():  # warm-up: first-call costs out of the timings
-        engine.generate(ids[:1], SamplingParams(temperature=0, max_tokens=8))
+        warm = SamplingParams(temperature=0, max_tokens=8, spec_scope="warm-up")
+        engine.generate(ids[:1], warm)
 
+    sides = list(engines)
     figures: dict[int, dict[str, list[float]]] = {b: {} for b in batches}
     for run in range(args.runs):
+        # --repeat: the same problems each run, sampled afresh (a seed per run), in one scope.
+        scope, seed0 = ("all", 1000 * run) if args.repeat else (f"run-{run}", 0)
+        params = [
+            SamplingParams(
+                temperature=args.temperature,
+                seed=seed0 + i,
+                max_tokens=args.max_tokens,
+                spec_scope=scope,
+            )  # fmt: skip
+            for i in range(len(ids))
+        ]
         for batch in batches:
-            order = ("off", "on") if run % 2 == 0 else ("on", "off")
+            order = sides[run % len(sides) :] + sides[: run % len(sides)]
             got = {}
+            f = figures[batch]
             for side in order:
                 tokens, wall, st = decode(engines[side], ids, params, batch)
                 got[side] = tokens
                 n = sum(len(t) for t in tokens)
-                f = figures[batch]
                 f.setdefault(f"{side}_tok_s", []).append(n / wall)
-                if side == "on":
-                    f.setdefault("acceptance", []).append(
+                if side != "off":
+                    f.setdefault(f"{side}_acceptance", []).append(
                         st["num_spec_accepted"] / max(st["num_spec_proposed"], 1)
                     )
                     # A sequence's tokens per verifying forward: its accepted ones and the one
                     # the target sampled after them.
                     passes = max(st["num_spec_forwards"], 1)
-                    f.setdefault("tokens_per_pass", []).append(
+                    f.setdefault(f"{side}_tokens_per_pass", []).append(
                         (st["num_spec_accepted"] + passes) / passes
                     )
-            if got["off"] != got["on"]:
+            if any(got[m] != got["off"] for m in methods):
                 print(f"run {run} batch {batch}: OUTPUTS DIFFER", file=sys.stderr)
                 return 1
-            f = figures[batch]
-            f.setdefault("ratio", []).append(f["on_tok_s"][-1] / f["off_tok_s"][-1])
-            print(
-                f"run {run} batch {batch:>2}: off {f['off_tok_s'][-1]:7.1f} tok/s, on "
-                f"{f['on_tok_s'][-1]:7.1f} ({f['ratio'][-1]:.2f}x), acceptance "
-                f"{100 * f['acceptance'][-1]:.0f}%, {f['tokens_per_pass'][-1]:.2f} tok/pass",
-                flush=True,
-            )
+            line = f"run {run} batch {batch:>2}: off {f['off_tok_s'][-1]:7.1f} tok/s"
+            for m in methods:
+                f.setdefault(f"{m}_ratio", []).append(f[f"{m}_tok_s"][-1] / f["off_tok_s"][-1])
+                line += (
+                    f"; {m} {f[f'{m}_tok_s'][-1]:7.1f} ({f[f'{m}_ratio'][-1]:.2f}x, acceptance "
+                    f"{100 * f[f'{m}_acceptance'][-1]:.0f}%, "
+                    f"{f[f'{m}_tokens_per_pass'][-1]:.2f} tok/pass)"
+                )
+            print(line, flush=True)
 
     summary: dict = {
         "bench": "speculative", "model": args.model, "task": args.task, "n": len(ids),
-        "k": args.k, "temperature": args.temperature, "runs": args.runs,
-        "commit": git_commit(), "identical_outputs": True, "batches": {},
+        "methods": methods, "k": args.k, "suffix": str(specs["suffix"]),
+        "temperature": args.temperature, "runs": args.runs,
+        "repeat": args.repeat, "commit": git_commit(), "identical_outputs": True, "batches": {},
     }  # fmt: skip
     print("\nmedians over runs (min-max):")
     for batch, f in figures.items():
         med = {k: statistics.median(v) for k, v in f.items()}
         spread = {k: (min(v), max(v)) for k, v in f.items()}
         summary["batches"][batch] = {"median": med, "spread": spread}
-        print(
-            f"batch {batch:>2}: off {med['off_tok_s']:.1f} tok/s, on {med['on_tok_s']:.1f}; "
-            f"on / off {med['ratio']:.2f}x ({spread['ratio'][0]:.2f}-{spread['ratio'][1]:.2f}); "
-            f"acceptance {100 * med['acceptance']:.0f}%, {med['tokens_per_pass']:.2f} "
-            "tokens per verifying pass"
-        )
+        line = f"batch {batch:>2}: off {med['off_tok_s']:.1f} tok/s"
+        for m in methods:
+            lo, hi = spread[f"{m}_ratio"]
+            line += (
+                f"; {m} {med[f'{m}_tok_s']:.1f}, {med[f'{m}_ratio']:.2f}x ({lo:.2f}-{hi:.2f}), "
+                f"acceptance {100 * med[f'{m}_acceptance']:.0f}%, "
+                f"{med[f'{m}_tokens_per_pass']:.2f} tokens per verifying pass"
+            )
+        print(line)
     emit(summary, args.json_out)
     return 0
 

@@ -14,12 +14,16 @@ worker would share a machine.
 "off" runs through the same reasoning machine with no checks. Reports accuracy, mean tokens per
 problem (wasted ones included), backtracks, give-ups and throughput: over the whole run, and
 "saturated" (while the running batch is full, before the drain tail of a fixed problem set).
+A mode written `MODE+ngram` or `MODE+suffix` runs that mode with speculative decoding (vLLM's
+defaults; `--suffix-config` JSON over suffix's): it must give the same texts, and its speed is
+compared with MODE's run by run (`--batch 1`: one job at a time).
 The last line is one JSON object.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
@@ -30,15 +34,22 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def make_engine(args):
+def make_engine(args, speculative: str = ""):
     import torch
 
+    from pipeline.config import SpeculativeConfig
     from pipeline.engine import Engine, EngineConfig
     from pipeline.models.resolve import resolve_model
 
     torch.set_num_threads(1)
     model = str(resolve_model(args.model))
-    return Engine(EngineConfig(model=model, dtype="float32", max_num_seqs=args.batch))
+    spec = None
+    if speculative:  # a mode's `+ngram` / `+suffix`: vLLM's defaults, --suffix-config over them
+        extra = json.loads(args.suffix_config) if speculative == "suffix" else {}
+        spec = SpeculativeConfig(method=speculative, **extra)
+    return Engine(
+        EngineConfig(model=model, dtype="float32", max_num_seqs=args.batch, speculative=spec)
+    )
 
 
 def run_mode(mode, problems, prompts, args, verifier) -> dict:
@@ -47,12 +58,13 @@ def run_mode(mode, problems, prompts, args, verifier) -> dict:
     from pipeline.evals.verified import generate_verified
     from pipeline.schema import JobParams
 
-    engine = make_engine(args)
+    base, _, speculative = mode.partition("+")
+    engine = make_engine(args, speculative)
     fmt = engine.reasoning_format
     # `async-step`: async as it was before claims became the unit of rollback (issue 35): a
     # contradiction rolls back its whole step, and every verdict comes from the checker at the
     # step's end (no fast verdicts, no mid-step rollback). The baseline of the claim-level one.
-    verify, _, unit = mode.partition("-")
+    verify, _, unit = base.partition("-")
     before = {"rollback": "step", "fast_verdicts": False} if unit == "step" else None
     params = [
         JobParams(temperature=args.temperature, max_tokens=args.max_tokens, seed=s, verify=verify)
@@ -63,7 +75,7 @@ def run_mode(mode, problems, prompts, args, verifier) -> dict:
     t0 = time.perf_counter()
     outs = generate_verified(
         engine, prompts, [p.premises for p in problems], params,
-        verifier if mode != "off" else None, stats=stats,
+        verifier if verify != "off" else None, stats=stats,
         questions=[p.question for p in problems], pipeline=pipeline,
         reasoning=before,
     )  # fmt: skip
@@ -88,6 +100,12 @@ def run_mode(mode, problems, prompts, args, verifier) -> dict:
         "tokens_per_s": tokens / wall,
         "problems_per_s": len(outs) / wall,
         "saturated_tokens_per_s": stats["saturated_tokens"] / sat_s if sat_s > 0 else None,
+        "texts": hashlib.sha256("\x00".join(o.text for o in outs).encode()).hexdigest()[:16],
+        "spec_acceptance": (
+            engine.stats.num_spec_accepted / engine.stats.num_spec_proposed
+            if engine.stats.num_spec_proposed
+            else None
+        ),
     }
 
 
@@ -123,7 +141,7 @@ def compare(label: str, problems, args, verifier) -> dict:
         for m in modes:
             runs[m].append(run_mode(m, problems, prompts, args, verifier))
     rows = {m: median_row(rs) for m, rs in runs.items()}
-    off = rows["off"]
+    off = rows.get("off")  # without it, no mode is compared with verification off
     head = f"{'mode':<11}{'acc':>8}{'fmt':>7}{'tok':>8}{'wasted':>8}{'bt':>6}{'rep':>6}"
     head += f"{'gave up':>9}"
     head += f"{'wall s':>8}{'tok/s':>8}{'sat tok/s':>11}"
@@ -139,7 +157,7 @@ def compare(label: str, problems, args, verifier) -> dict:
             f"{r['wall_s']:>8.1f}{r['tokens_per_s']:>8.0f}{sat or 0:>11.0f}"
         )
     out = {"problems": len(problems), "repeats": args.repeats, "modes": rows, "runs": runs}
-    for m in [m for m in modes if m != "off"]:
+    for m in [m for m in modes if m != "off" and off is not None]:
         r = rows[m]
         pairs = list(zip(runs["off"], runs[m], strict=True))  # run i of each mode, side by side
         gains = [100 * (b["accuracy"] - a["accuracy"]) for a, b in pairs]
@@ -160,6 +178,26 @@ def compare(label: str, problems, args, verifier) -> dict:
             f"{out[f'{m}_throughput_ratio']:.2f} ({min(ratios):.2f}-{max(ratios):.2f}; saturated "
             f"{out.get(f'{m}_saturated_throughput_ratio', float('nan')):.2f}), problems/s "
             f"ratio {out[f'{m}_problems_per_s_ratio']:.2f} ({min(per_s):.2f}-{max(per_s):.2f})"
+        )
+    # Speculative decoding (`MODE+METHOD`) against the same mode without it, run by run: the
+    # same texts are expected (speculation changes no token), and the speed gained.
+    for m in [m for m in modes if "+" in m]:
+        base = m.partition("+")[0]
+        if base not in runs:
+            continue
+        pairs = list(zip(runs[base], runs[m], strict=True))
+        tok = [b["tokens_per_s"] / a["tokens_per_s"] for a, b in pairs]
+        per_s = [b["problems_per_s"] / a["problems_per_s"] for a, b in pairs]
+        same = sum(a["texts"] == b["texts"] for a, b in pairs)
+        out[f"{m}_vs_{base}_tokens_per_s_ratio"] = statistics.median(tok)
+        out[f"{m}_vs_{base}_tokens_per_s_range"] = [min(tok), max(tok)]
+        out[f"{m}_vs_{base}_problems_per_s_ratio"] = statistics.median(per_s)
+        out[f"{m}_vs_{base}_identical_runs"] = same
+        print(
+            f"{m} vs {base}: tok/s x{statistics.median(tok):.2f} ({min(tok):.2f}-{max(tok):.2f}),"
+            f" problems/s x{statistics.median(per_s):.2f} ({min(per_s):.2f}-{max(per_s):.2f}), "
+            f"acceptance {rows[m]['spec_acceptance'] or 0:.0%}, same texts in {same} of "
+            f"{len(pairs)} runs"
         )
     # What each mode discards against the rollbacks before it, run by run.
     for m, base in (("async", "async-step"), ("repair", "async"), ("repair", "async-step")):
@@ -199,7 +237,12 @@ def main() -> int:
     ap.add_argument(
         "--modes",
         default="off,async,strict,repair",
-        help="comma list, off included (async-step: async rolling back whole steps)",
+        help="comma list; each is compared with off where off is listed (async-step: async "
+        "rolling back whole steps; "
+        "MODE+ngram / MODE+suffix: the mode with speculative decoding)",
+    )
+    ap.add_argument(
+        "--suffix-config", default="{}", help="JSON over suffix speculation's vLLM defaults"
     )
     ap.add_argument("--repeats", type=int, default=1, help="runs per mode (medians reported)")
     args = ap.parse_args()

@@ -16,28 +16,46 @@ ENGINES = ("native", "vllm")
 DEFAULT_BLOCK_SIZE = 16  # tokens per KV block (ingest hashes prompts with it)
 
 
-SPECULATIVE_METHODS = ("ngram",)
+SPECULATIVE_METHODS = ("ngram", "suffix")
 
 
 @dataclass(frozen=True, slots=True)
 class SpeculativeConfig:
-    """Speculative decoding in the native engine, in vLLM's `--speculative-config` names:
-    `ngram` proposes the `num_speculative_tokens` tokens that followed the latest earlier
-    occurrence of the sequence's last n tokens (n from `prompt_lookup_max` down to
-    `prompt_lookup_min`) in its own prompt and output (pipeline/engine/speculative.py)."""
+    """Speculative decoding in the native engine, in vLLM's `--speculative-config` names
+    (pipeline/engine/speculative.py): `ngram` proposes the tokens that followed the latest
+    earlier occurrence of the sequence's last n tokens (n from `prompt_lookup_max` down to
+    `prompt_lookup_min`) in its own prompt and output; `suffix` walks suffix trees over the
+    job's text and over its scope's (tenant's) earlier outputs (suffix.py), with SuffixDecoding's
+    knobs. `num_speculative_tokens` defaults as in vLLM: 4 for ngram, the tree depth for suffix.
+    """
 
     method: str = "ngram"
-    num_speculative_tokens: int = 4
+    num_speculative_tokens: int | None = None
     prompt_lookup_min: int = 2
     prompt_lookup_max: int = 4
+    suffix_decoding_max_tree_depth: int = 24
+    suffix_decoding_max_cached_requests: int = 10000
+    suffix_decoding_max_spec_factor: float = 1.0
+    suffix_decoding_min_token_prob: float = 0.1
 
     def __post_init__(self) -> None:
         if self.method not in SPECULATIVE_METHODS:
             raise ValueError(f"speculative method must be one of {SPECULATIVE_METHODS}")
+        if self.num_speculative_tokens is None:
+            k = 4 if self.method == "ngram" else self.suffix_decoding_max_tree_depth
+            object.__setattr__(self, "num_speculative_tokens", k)
         if self.num_speculative_tokens < 1:
             raise ValueError("num_speculative_tokens must be at least 1")
         if not 1 <= self.prompt_lookup_min <= self.prompt_lookup_max:
             raise ValueError("need 1 <= prompt_lookup_min <= prompt_lookup_max")
+        if self.suffix_decoding_max_tree_depth < 2:
+            raise ValueError("suffix_decoding_max_tree_depth must be at least 2")
+        if self.suffix_decoding_max_cached_requests < 0:
+            raise ValueError("suffix_decoding_max_cached_requests must be >= 0 (0: none kept)")
+        if self.suffix_decoding_max_spec_factor <= 0:
+            raise ValueError("suffix_decoding_max_spec_factor must be > 0")
+        if not 0.0 <= self.suffix_decoding_min_token_prob <= 1.0:
+            raise ValueError("suffix_decoding_min_token_prob must be in [0, 1]")
 
     @classmethod
     def from_json(cls, text: str) -> SpeculativeConfig | None:
@@ -168,7 +186,8 @@ class PipelineConfig:
         concern="pipeline",
         kind=speculative_json,
         help="decode's speculative decoding, vLLM's --speculative-config JSON "
-        '(e.g. {"method": "ngram", "num_speculative_tokens": 4}); empty: off',
+        '(e.g. {"method": "ngram", "num_speculative_tokens": 4} or {"method": "suffix"}); '
+        "empty: off",
     )
     kv_transport: str = setting(
         "shm_pool",

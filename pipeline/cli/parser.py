@@ -206,8 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--speculative-config",
         default="",
         type=speculative_config,
-        help='vLLM\'s JSON, e.g. \'{"method": "ngram", "num_speculative_tokens": 4}\': '
-        "proposed tokens checked in one forward pass; the same output as without",
+        help='vLLM\'s JSON, e.g. \'{"method": "ngram", "num_speculative_tokens": 4}\' or '
+        '\'{"method": "suffix"}\': proposed tokens checked in one forward pass; the same '
+        "output as without",
     )
     chat = g.add_mutually_exclusive_group()
     chat.add_argument(

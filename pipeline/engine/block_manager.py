@@ -222,6 +222,14 @@ class BlockManager:
             last.hash = NO_HASH
             last.token_ids = []
 
+    def release_past(self, seq: Sequence, num_tokens: int) -> None:
+        """Release the blocks past the first `num_tokens` positions: the slots of rejected
+        speculative tokens, which hold nothing computed and were never registered."""
+        keep = self.num_blocks_for(num_tokens)
+        for block_id in seq.block_table[keep:]:
+            self._release(block_id)
+        del seq.block_table[keep:]
+
     def take_pending_copies(self) -> list[tuple[int, int]]:
         copies, self.pending_copies = self.pending_copies, []
         return copies

@@ -32,7 +32,7 @@ from pipeline.engine.outputs import (
 from pipeline.engine.sampling_params import SamplingParams
 from pipeline.engine.scheduler import Scheduler
 from pipeline.engine.sequence import Sequence
-from pipeline.engine.speculative import Acceptance, num_accepted, propose
+from pipeline.engine.speculative import Acceptance, Proposer, num_accepted
 from pipeline.engine.tokenizer import StepBoundaryDetector, Tokenizer
 from pipeline.errors import (
     InvalidRequestError,
@@ -121,6 +121,8 @@ class Engine(StepEngine):
             self.runner.guides = GuideSet(self.tokenizer.hf, self.tokenizer.token_texts())
         self.seqs: dict[str, Sequence] = {}
         self.stats = EngineStats()
+        spec = config.speculative
+        self.proposer = Proposer(spec) if spec is not None else None
         self._seed_rng = random.Random(config.seed)
         self._arrivals = 0
 
@@ -183,6 +185,8 @@ class Engine(StepEngine):
         self.block_manager.truncate(seq, num_tokens)
         seq.pending_finish = None
         seq.spec_buffer.clear()
+        if self.proposer is not None:
+            self.proposer.rewind(seq)
         if seed is not None:
             seq.seed = seed
 
@@ -211,6 +215,8 @@ class Engine(StepEngine):
         del self.seqs[request_id]
         self.scheduler.finish(seq, reason or seq.pending_finish or "stop")
         seq.pending_finish = None
+        if self.proposer is not None:
+            self.proposer.remember(seq)
         return seq
 
     def abort(self, request_id: str) -> None:
@@ -348,7 +354,7 @@ class Engine(StepEngine):
             if seq.spec_acceptance is None:
                 seq.spec_acceptance = Acceptance()
             k = seq.spec_acceptance.k(spec.num_speculative_tokens, seq.num_tokens)
-            draft = propose(spec, seq.token_ids, min(k, room))
+            draft = self.proposer.propose(seq.token_ids, min(k, room), seq)
             if draft:
                 seq.token_ids.extend(draft)  # raw: no step bookkeeping until accepted
                 seq.num_draft = len(draft)
@@ -364,11 +370,14 @@ class Engine(StepEngine):
     ) -> TokenOutput:
         """Keep the proposed tokens the target sampled too, then the target's own token after
         them; hand out the first now and buffer the rest. The KV of kept positions stands; the
-        rest is past `num_computed_tokens` and is written over."""
+        blocks past them are released, and what the rest wrote in a kept block lies past
+        `num_computed_tokens`, written over later."""
         base = seq.num_tokens - seq.num_draft  # the sequence without its proposal
         proposed = seq.token_ids[base : base + num_new - 1]  # those this chunk checked
         self._unpropose(seq)
         accepted = num_accepted(proposed, [row[0] for row in rows])
+        # Rejected proposals' slots go back to the pool (kept: the accepted tokens' KV).
+        self.block_manager.release_past(seq, base + accepted)
         if seq.spec_acceptance is not None and proposed:
             seq.spec_acceptance.update(accepted, seq.num_tokens)
         self.stats.num_spec_forwards += 1
@@ -412,6 +421,8 @@ class Engine(StepEngine):
             self.scheduler.finish(seq, reason)
             del self.seqs[seq.request_id]
             finished = True
+            if self.proposer is not None:
+                self.proposer.remember(seq)
         elif ends_step and p.pause_on_step_end:
             self.scheduler.pause(seq)
             paused = True

@@ -32,6 +32,9 @@ class SamplingParams:
     charge_rollbacks: bool = False
     # Structured output: what follows the thinking is held to a grammar (guided.py).
     guided: GuidedDecoding | None = None
+    # Whose earlier outputs `suffix` speculation may read and add to (decode: the tenant);
+    # None: those of other requests without a scope on this engine.
+    spec_scope: str | None = None
 
     def __post_init__(self) -> None:
         if self.temperature < 0:

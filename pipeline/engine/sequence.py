@@ -44,6 +44,7 @@ class Sequence:
         "spec_buffer",
         "num_draft",
         "spec_acceptance",
+        "spec_tree",
     )
 
     def __init__(
@@ -80,6 +81,7 @@ class Sequence:
         self.spec_buffer: list[tuple[int, float, float]] = []
         self.num_draft = 0
         self.spec_acceptance = None  # speculative.Acceptance, made on the first proposal
+        self.spec_tree = None  # suffix.RequestTree of `suffix` speculation, made likewise
 
     @property
     def num_tokens(self) -> int:

@@ -17,6 +17,8 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from pipeline.config import SpeculativeConfig
+from pipeline.engine.sequence import Sequence
+from pipeline.engine.suffix import RequestTree, SuffixStore, propose_suffix
 
 
 def propose_ngram(tokens: list[int], k: int, n_min: int, n_max: int) -> list[int]:
@@ -71,9 +73,43 @@ class Acceptance:
             self.mean, self.passes, self.resume_at = None, 0, num_tokens + self.PAUSE_TOKENS
 
 
-def propose(config: SpeculativeConfig, tokens: list[int], k: int) -> list[int]:
-    """Up to `k` proposed tokens after `tokens` (k: the config's, or less where a budget ends)."""
-    return propose_ngram(tokens, k, config.prompt_lookup_min, config.prompt_lookup_max)
+class Proposer:
+    """The configured method behind one call: up to `k` tokens after a sequence's tokens. For
+    `suffix` it holds the scopes' trees of earlier outputs (`remember` adds a finished one)."""
+
+    def __init__(self, config: SpeculativeConfig) -> None:
+        self.config = config
+        self.store = (
+            SuffixStore(config.suffix_decoding_max_tree_depth,
+                        config.suffix_decoding_max_cached_requests)
+            if config.method == "suffix" else None
+        )  # fmt: skip
+
+    def propose(self, tokens: list[int], k: int, seq: Sequence | None = None) -> list[int]:
+        """`seq` (a Sequence, for suffix: its own tree and scope) may be None for ngram."""
+        c = self.config
+        if self.store is None:
+            return propose_ngram(tokens, k, c.prompt_lookup_min, c.prompt_lookup_max)
+        assert seq is not None
+        if seq.spec_tree is None:
+            seq.spec_tree = RequestTree(c.suffix_decoding_max_tree_depth)
+        shared = self.store.tree(_scope(seq))
+        return propose_suffix(c, tokens, k, seq.spec_tree, shared)
+
+    def rewind(self, seq: Sequence) -> None:
+        """The sequence was rolled back: its tree goes on from its new end."""
+        if seq.spec_tree is not None:
+            seq.spec_tree.rewind(seq.token_ids)
+
+    def remember(self, seq: Sequence) -> None:
+        """A finished sequence's output, for later jobs of its scope."""
+        if self.store is not None:
+            output = seq.token_ids[seq.num_prompt_tokens :]
+            self.store.add(_scope(seq), seq.request_id, output)
+
+
+def _scope(seq: Sequence) -> str:
+    return seq.params.spec_scope or ""
 
 
 def num_accepted(proposed: list[int], sampled: list[int]) -> int:

@@ -39,5 +39,8 @@ def job_params(params: schema.JobParams, seed: int, max_tokens: int) -> Sampling
 
 
 def handoff_params(h: schema.Handoff, max_tokens: int) -> SamplingParams:
-    """What decode runs a handoff with (`job_params` with the seed ingest gave it)."""
-    return job_params(h.params, h.seed, max_tokens)
+    """What decode runs a handoff with (`job_params` with the seed ingest gave it); `suffix`
+    speculation reads and keeps earlier outputs of the job's tenant only."""
+    params = job_params(h.params, h.seed, max_tokens)
+    params.spec_scope = h.tenant
+    return params

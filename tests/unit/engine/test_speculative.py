@@ -1,7 +1,8 @@
-"""Speculative decoding in the native engine (`ngram`): the proposer, the verifier, and the
-engine's outputs, which must be the very tokens decoding without speculation gives (greedy and
-sampled, seed for seed), with step-wise control exact: one token per sequence per step, step
-ends and pauses where they fall, rollback and preemption as without it."""
+"""Speculative decoding in the native engine (`ngram`, `suffix`): the proposers, the verifier,
+and the engine's outputs, which must be the very tokens decoding without speculation gives
+(greedy and sampled, seed for seed), with step-wise control exact: one token per sequence per
+step, step ends and pauses where they fall, rollback and preemption as without it, and the
+slots of rejected proposals returned to the pool."""
 
 from dataclasses import replace
 
@@ -13,6 +14,8 @@ from pipeline.engine.speculative import Acceptance, num_accepted, propose_ngram
 from pipeline.models.resolve import resolve_model
 
 SPEC = SpeculativeConfig(num_speculative_tokens=4, prompt_lookup_min=2, prompt_lookup_max=4)
+SUFFIX = SpeculativeConfig(method="suffix", num_speculative_tokens=6)
+METHODS = {"ngram": SPEC, "suffix": SUFFIX}
 
 
 # -- the proposer and the verifier (pure) -------------------------------------------------------
@@ -46,7 +49,15 @@ def test_the_config_reads_vllm_json_and_refuses_nonsense():
     cfg = SpeculativeConfig.from_json('{"method": "ngram", "num_speculative_tokens": 3}')
     assert cfg == SpeculativeConfig(num_speculative_tokens=3)
     assert SpeculativeConfig.from_json("  ") is None
-    for bad in ('{"method": "eagle"}', '{"num_speculative_tokens": 0}', '{"k": 1}', "{"):
+    # vLLM's defaults: k 4 for ngram, the tree depth for suffix
+    assert SpeculativeConfig().num_speculative_tokens == 4
+    got = SpeculativeConfig.from_json('{"method": "suffix", "suffix_decoding_max_tree_depth": 16}')
+    assert got.num_speculative_tokens == 16
+    for bad in (
+        '{"method": "eagle"}', '{"num_speculative_tokens": 0}', '{"k": 1}', "{",
+        '{"method": "suffix", "suffix_decoding_min_token_prob": 2}',
+        '{"method": "suffix", "suffix_decoding_max_tree_depth": 1}',
+    ):  # fmt: skip
         with pytest.raises(ValueError):
             SpeculativeConfig.from_json(bad)
 
@@ -62,14 +73,19 @@ def reasoner() -> str:
 PROMPTS = ["Q: What is 12 + 30 - 5?\n", "Q: Solve for x: 4x + 42 = 94.\n", "Q: What is 7 * 8?\n"]
 
 
-def engines(path: str, **kw) -> tuple[Engine, Engine]:
+def engines(path: str, spec: SpeculativeConfig = SPEC, **kw) -> tuple[Engine, Engine]:
     base = EngineConfig(model=path, dtype="float32", num_threads=1, **kw)
-    return Engine(base), Engine(replace(base, speculative=SPEC))
+    return Engine(base), Engine(replace(base, speculative=spec))
+
+
+@pytest.fixture(params=list(METHODS))
+def spec(request) -> SpeculativeConfig:
+    return METHODS[request.param]
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
-def test_outputs_are_the_tokens_decoding_without_speculation_gives(reasoner, temperature):
-    off, on = engines(reasoner)
+def test_outputs_are_the_tokens_decoding_without_speculation_gives(reasoner, spec, temperature):
+    off, on = engines(reasoner, spec)
     params = [SamplingParams(temperature=temperature, seed=i, max_tokens=160) for i in range(3)]
     want = [o.token_ids for o in off.generate(PROMPTS, params)]
     got = [o.token_ids for o in on.generate(PROMPTS, params)]
@@ -78,9 +94,9 @@ def test_outputs_are_the_tokens_decoding_without_speculation_gives(reasoner, tem
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
-def test_random_models_too(tiny_models, family):
+def test_random_models_too(tiny_models, family, spec):
     """Random weights: proposals mostly fail; what is kept must still be exactly right."""
-    off, on = engines(str(tiny_models[family]), num_kv_blocks=64, block_size=8)
+    off, on = engines(str(tiny_models[family]), spec, num_kv_blocks=64, block_size=8)
     pattern = [11, 12, 13, 14, 15]
     prompts = [pattern * 6, [3, 4] * 9 + pattern]
     for temperature in (0.0, 0.9):
@@ -105,8 +121,8 @@ def trace(engine: Engine, ids: list[int], params: SamplingParams) -> list[tuple]
     return events + [tuple(seq.output_token_ids)]
 
 
-def test_step_ends_pause_where_they_fall(reasoner):
-    off, on = engines(reasoner)
+def test_step_ends_pause_where_they_fall(reasoner, spec):
+    off, on = engines(reasoner, spec)
     ids = off.tokenizer.encode(PROMPTS[1], add_special_tokens=False)
     params = SamplingParams(temperature=0.7, seed=3, max_tokens=160, pause_on_step_end=True)
     want = trace(off, ids, params)
@@ -114,8 +130,8 @@ def test_step_ends_pause_where_they_fall(reasoner):
     assert trace(on, ids, params) == want
 
 
-def test_rollback_mid_run_decodes_as_a_fresh_run_would(reasoner):
-    off, on = engines(reasoner)
+def test_rollback_mid_run_decodes_as_a_fresh_run_would(reasoner, spec):
+    off, on = engines(reasoner, spec)
     ids = off.tokenizer.encode(PROMPTS[0], add_special_tokens=False)
     params = SamplingParams(temperature=0.7, seed=5, max_tokens=120, ignore_eos=True)
     want = off.generate([ids], params)[0].token_ids
@@ -128,15 +144,15 @@ def test_rollback_mid_run_decodes_as_a_fresh_run_would(reasoner):
     assert seq.output_token_ids == want
 
 
-def test_preemption_under_a_small_pool_keeps_the_outputs(reasoner):
-    off, on = engines(reasoner, num_kv_blocks=24, block_size=8)
+def test_preemption_under_a_small_pool_keeps_the_outputs(reasoner, spec):
+    off, on = engines(reasoner, spec, num_kv_blocks=24, block_size=8)
     params = [SamplingParams(temperature=0.5, seed=i, max_tokens=80) for i in range(3)]
     want = [o.token_ids for o in off.generate(PROMPTS, params)]
     assert [o.token_ids for o in on.generate(PROMPTS, params)] == want
 
 
-def test_a_budget_is_never_overrun(reasoner):
-    _, on = engines(reasoner)
+def test_a_budget_is_never_overrun(reasoner, spec):
+    _, on = engines(reasoner, spec)
     for n in (1, 2, 3, 7):
         out = on.generate(PROMPTS[:1], SamplingParams(temperature=0, max_tokens=n, ignore_eos=True))
         assert len(out[0].token_ids) == n
@@ -156,3 +172,25 @@ def test_a_sequence_whose_proposals_fail_stops_proposing_for_a_while():
     good.update(0, 111)
     good.update(0, 112)
     assert 1 <= good.k(4, 112) < 4  # misses shorten the next proposal
+
+
+def test_rejected_proposals_slots_go_back_to_the_pool(tiny_models, spec):
+    # Random weights reject most proposals; after every step each sequence holds no block past
+    # the positions it keeps (its tokens and those verified ahead), and at the end the pool is
+    # whole again.
+    _, on = engines(str(tiny_models["llama"]), spec, num_kv_blocks=64, block_size=4)
+    bm = on.block_manager
+    free_at_start = bm.num_free_blocks
+    pattern = [11, 12, 13, 14, 15, 16, 17]
+    for i, prompt in enumerate([pattern * 5, [3, 4] * 9 + pattern]):
+        # greedy on random weights falls into loops: proposals come, some are rejected
+        p = SamplingParams(temperature=0.0, max_tokens=64, ignore_eos=True)
+        on.add(Request(f"r{i}", prompt, p))
+    while on.seqs:
+        on.step()
+        for seq in on.scheduler.running:
+            held = seq.num_tokens + len(seq.spec_buffer)
+            assert len(seq.block_table) <= bm.num_blocks_for(held), seq.request_id
+    st = on.stats
+    assert st.num_spec_proposed > st.num_spec_accepted  # some were rejected
+    assert bm.num_free_blocks == free_at_start

@@ -37,6 +37,9 @@ class SpeculativeConfig:
     suffix_decoding_max_cached_requests: int = 10000
     suffix_decoding_max_spec_factor: float = 1.0
     suffix_decoding_min_token_prob: float = 0.1
+    # No proposals in a step where more sequences than this are running: on a CPU a large batch
+    # is bound by arithmetic and rejected rows cost as much as kept ones (None: always propose).
+    disable_by_batch_size: int | None = None
 
     def __post_init__(self) -> None:
         if self.method not in SPECULATIVE_METHODS:
@@ -56,6 +59,8 @@ class SpeculativeConfig:
             raise ValueError("suffix_decoding_max_spec_factor must be > 0")
         if not 0.0 <= self.suffix_decoding_min_token_prob <= 1.0:
             raise ValueError("suffix_decoding_min_token_prob must be in [0, 1]")
+        if self.disable_by_batch_size is not None and self.disable_by_batch_size < 1:
+            raise ValueError("disable_by_batch_size must be at least 1")
 
     @classmethod
     def from_json(cls, text: str) -> SpeculativeConfig | None:

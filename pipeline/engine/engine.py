@@ -343,6 +343,9 @@ class Engine(StepEngine):
         computes them with it as one chunk."""
         spec = self.config.speculative
         assert spec is not None
+        cap = spec.disable_by_batch_size
+        if cap is not None and len(self.scheduler.running) > cap:
+            return  # a batch this large is bound by arithmetic: proposals would cost, not pay
         for seq in self.scheduler.running:
             p = seq.params
             if seq.request_id in hold or p.guided is not None:

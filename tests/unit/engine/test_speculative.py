@@ -194,3 +194,21 @@ def test_rejected_proposals_slots_go_back_to_the_pool(tiny_models, spec):
     st = on.stats
     assert st.num_spec_proposed > st.num_spec_accepted  # some were rejected
     assert bm.num_free_blocks == free_at_start
+
+
+def test_no_proposals_while_the_batch_is_larger_than_disable_by_batch_size(reasoner):
+    off, on = engines(reasoner, replace(SPEC, disable_by_batch_size=2))
+    params = [SamplingParams(temperature=0.0, max_tokens=60 + 30 * i) for i in range(3)]
+    want = [o.token_ids for o in off.generate(PROMPTS, params)]
+    calls, propose = [], on._propose
+
+    def watched(hold):  # the batch each proposal round saw, and whether it proposed
+        before = on.stats.num_spec_proposed
+        propose(hold)
+        calls.append((len(on.scheduler.running), on.stats.num_spec_proposed > before))
+
+    on._propose = watched
+    assert [o.token_ids for o in on.generate(PROMPTS, params)] == want
+    assert any(made for _, made in calls)  # the tail, two or fewer running, proposed
+    assert all(running <= 2 for running, made in calls if made)
+    assert any(running == 3 for running, _ in calls)  # the full batch was seen, not served

@@ -10,7 +10,8 @@ above `min_token_prob` and the length within `max_spec_factor` times the matched
 job's tree and its scope's tree each propose; the longer match wins (the job's on a tie).
 
 Pure Python and bounded: appending a token touches `depth` nodes; a scope keeps the outputs of
-its `max_cached_requests` latest jobs and removes the oldest's counts when one more comes. What
+its `max_cached_requests` latest jobs, the store `MAX_STORED_TOKENS` in all, and the oldest's
+counts are removed when one more comes. What
 a proposer proposes changes only how fast tokens come, never which: the engine accepts a
 proposed token only where it equals the target's own sample (speculative.py).
 """
@@ -133,15 +134,25 @@ class RequestTree:
         self._active, self.num_indexed = active, n
 
 
+# Tokens of earlier outputs one engine keeps, over all scopes: a bound of ours beside vLLM's
+# request count. A Python trie costs about 150 bytes a node and up to `depth` nodes a token, so
+# vLLM's 10,000 requests of a reasoning model's length would not fit a worker's memory.
+MAX_STORED_TOKENS = 1 << 18
+
+
 class SuffixStore:
     """Earlier jobs' outputs, a tree per scope (a tenant: nothing is shared across scopes), each
-    holding its `max_requests` latest; the oldest's counts are removed when one more comes."""
+    holding its `max_requests` latest, and `max_tokens` tokens in all scopes together; the
+    oldest's counts are removed when one more would pass either bound."""
 
-    def __init__(self, depth: int, max_requests: int) -> None:
+    def __init__(self, depth: int, max_requests: int, max_tokens: int = MAX_STORED_TOKENS) -> None:
         self.depth = depth
         self.max_requests = max_requests
+        self.max_tokens = max_tokens
+        self.num_tokens = 0
         self._trees: dict[str, SuffixTree] = {}
         self._kept: dict[str, OrderedDict[str, list[int]]] = {}
+        self._order: OrderedDict[tuple[str, str], None] = OrderedDict()  # oldest first
 
     def tree(self, scope: str) -> SuffixTree | None:
         return self._trees.get(scope)
@@ -149,15 +160,28 @@ class SuffixStore:
     def add(self, scope: str, request_id: str, output: list[int]) -> None:
         if self.max_requests < 1 or not output:
             return
+        output = list(output[-self.max_tokens :])
+        self._drop(scope, request_id)  # the same id again: its newer output replaces the older
         tree = self._trees.setdefault(scope, SuffixTree(self.depth))
-        kept = self._kept.setdefault(scope, OrderedDict())
-        if request_id in kept:  # the same id again: its newer output replaces the older
-            tree.add(kept.pop(request_id), delta=-1)
-        kept[request_id] = list(output)
+        self._kept.setdefault(scope, OrderedDict())[request_id] = output
+        self._order[scope, request_id] = None
+        self.num_tokens += len(output)
         tree.add(output)
-        while len(kept) > self.max_requests:
-            _, old = kept.popitem(last=False)
-            tree.add(old, delta=-1)
+        while len(self._kept[scope]) > self.max_requests:
+            self._drop(scope, next(iter(self._kept[scope])))
+        while self.num_tokens > self.max_tokens:
+            self._drop(*next(iter(self._order)))
+
+    def _drop(self, scope: str, request_id: str) -> None:
+        kept = self._kept.get(scope)
+        if kept is None or request_id not in kept:
+            return
+        old = kept.pop(request_id)
+        del self._order[scope, request_id]
+        self.num_tokens -= len(old)
+        self._trees[scope].add(old, delta=-1)
+        if not kept:  # a scope with nothing kept holds no tree
+            del self._kept[scope], self._trees[scope]
 
     def num_requests(self, scope: str) -> int:
         return len(self._kept.get(scope, ()))

@@ -79,6 +79,20 @@ def test_the_store_keeps_each_scope_apart_and_its_latest_requests():
     SuffixStore(8, 0).add("acme", "r", [1, 2])  # keeping none: nothing kept, no error
 
 
+def test_the_store_is_bounded_in_tokens_over_all_scopes():
+    store = SuffixStore(depth=4, max_requests=100, max_tokens=10)
+    store.add("a", "r1", [1, 2, 3, 4])
+    store.add("b", "r2", [5, 6, 7, 8])
+    assert store.num_tokens == 8
+    store.add("a", "r3", [9, 10, 11])  # 11 tokens: the oldest (a/r1) goes
+    assert store.num_tokens == 7 and store.num_requests("a") == 1
+    assert own([0, 1, 2], shared=store.tree("a")) == []
+    assert own([0, 5, 6], shared=store.tree("b")) == [7, 8]
+    store.add("c", "r4", list(range(100, 130)))  # longer than the bound: its tail is kept
+    assert store.num_tokens == 10 and store.tree("a") is None and store.tree("b") is None
+    assert own([0, 127, 128], shared=store.tree("c")) == [129]
+
+
 def test_the_longer_match_of_the_two_trees_wins():
     store = SuffixStore(depth=8, max_requests=4)
     store.add("t", "r1", [1, 2, 3, 4, 50, 51])

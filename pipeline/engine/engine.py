@@ -357,7 +357,7 @@ class Engine(StepEngine):
             if seq.spec_acceptance is None:
                 seq.spec_acceptance = Acceptance()
             k = seq.spec_acceptance.k(spec.num_speculative_tokens, seq.num_tokens)
-            draft = self.proposer.propose(seq.token_ids, min(k, room), seq)
+            draft = self.proposer.propose(seq, min(k, room))
             if draft:
                 seq.token_ids.extend(draft)  # raw: no step bookkeeping until accepted
                 seq.num_draft = len(draft)

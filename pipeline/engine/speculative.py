@@ -85,16 +85,15 @@ class Proposer:
             if config.method == "suffix" else None
         )  # fmt: skip
 
-    def propose(self, tokens: list[int], k: int, seq: Sequence | None = None) -> list[int]:
-        """`seq` (a Sequence, for suffix: its own tree and scope) may be None for ngram."""
+    def propose(self, seq: Sequence, k: int) -> list[int]:
+        """Up to `k` tokens after the sequence's (for suffix: from its tree and its scope's)."""
         c = self.config
         if self.store is None:
-            return propose_ngram(tokens, k, c.prompt_lookup_min, c.prompt_lookup_max)
-        assert seq is not None
+            return propose_ngram(seq.token_ids, k, c.prompt_lookup_min, c.prompt_lookup_max)
         if seq.spec_tree is None:
             seq.spec_tree = RequestTree(c.suffix_decoding_max_tree_depth)
         shared = self.store.tree(_scope(seq))
-        return propose_suffix(c, tokens, k, seq.spec_tree, shared)
+        return propose_suffix(c, seq.token_ids, k, seq.spec_tree, shared)
 
     def rewind(self, seq: Sequence) -> None:
         """The sequence was rolled back: its tree goes on from its new end."""

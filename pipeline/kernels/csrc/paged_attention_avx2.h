@@ -53,14 +53,7 @@ static inline __m256 pa_dot_f32(const float *qf, const float *qb, const float *k
     acc = _mm256_fmadd_ps(_mm256_loadu_ps(qf + c), _mm256_loadu_ps(k + c), acc);
   return acc;
 }
-static inline __m256 pa_dot_bf16(const float *qf, const uint16_t *qb, const uint16_t *k,
-                                 int64_t d) {
-  (void)qb;
-  __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(qf), pa_load_bf16(k));
-  for (int64_t c = PA_LANES; c < d; c += PA_LANES)
-    acc = _mm256_fmadd_ps(_mm256_loadu_ps(qf + c), pa_load_bf16(k + c), acc);
-  return acc;
-}
+/* (bf16 K rows are widened once per chunk and use pa_dot_f32: paged_attention_cpu_impl.h) */
 #define PA_STEP_f32 8
 #define PA_STEP_bf16 8
 

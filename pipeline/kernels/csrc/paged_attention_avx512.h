@@ -5,7 +5,8 @@
  * (not memory) bounded the kernel. Here 16 key positions are done at once: 16 lane-wise
  * partial dot products, then one transpose-and-add (pa_reduce) turns them into the 16 scores,
  * about a third of the shuffles. With AVX512_BF16, bf16 q . k runs on vdpbf16ps (products of
- * bf16 pairs, exact in fp32, summed in fp32) with no conversion of K. V rows are widened to
+ * bf16 pairs, exact in fp32, summed in fp32) with no conversion of K; without it, K rows are
+ * widened to fp32 once per chunk. V rows are widened to
  * fp32 and accumulated in registers over chunks of positions that stay in L1. */
 #ifndef STEPWISE_PAGED_ATTENTION_AVX512_H
 #define STEPWISE_PAGED_ATTENTION_AVX512_H
@@ -73,15 +74,7 @@ static inline __m512 pa_dot_bf16(const float *qf, const uint16_t *qb, const uint
   return acc;
 }
 #else
-#define PA_STEP_bf16 16
-static inline __m512 pa_dot_bf16(const float *qf, const uint16_t *qb, const uint16_t *k,
-                                 int64_t d) {
-  (void)qb;
-  __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(qf), pa_load_bf16(k));
-  for (int64_t c = PA_LANES; c < d; c += PA_LANES)
-    acc = _mm512_fmadd_ps(_mm512_loadu_ps(qf + c), pa_load_bf16(k + c), acc);
-  return acc;
-}
+#define PA_STEP_bf16 16  /* rows widened once per chunk, then pa_dot_f32 (impl.h's PA_WIDEN) */
 #endif
 #define PA_STEP_f32 16
 

@@ -245,7 +245,10 @@ class ReasoningDriver:
             elif isinstance(a, Finish):
                 engine.finish(rid, a.reason)
             elif isinstance(a, ForceAnswer):
-                self._force_answer(a.position)
+                cut = self._force_answer(a.position)
+                if cut and not any(isinstance(o, Note) and o.kind == "backtrack" for o in out):
+                    # Text already streamed goes: the stream is told, as after a backtrack.
+                    out.append(self._cut_note(cut))
             elif isinstance(a, Probe):
                 self._start_probe(a.key, a.position)
             elif isinstance(a, ExitWith):
@@ -315,11 +318,16 @@ class ReasoningDriver:
         text = found.text.strip()
         return self.reasoner.on_false_claim(found.start, end, text, detail, verdict.claims, now_s)
 
-    def _force_answer(self, position: int) -> None:
-        """s1's budget forcing, in the model's format: close the thinking if it is open, write
-        the answer prefix, decode the answer greedily."""
+    def _force_answer(self, position: int | None) -> str:
+        """s1's budget forcing, in the model's format: close the thinking if it is open (cut
+        back to `position` first, if given), write the answer prefix, decode the answer
+        greedily. Returns the text cut (stripped; "" when none)."""
         seq, cfg = self.seq, self.reasoner.config
-        if position < seq.num_tokens:
+        cut = ""
+        if position is None:
+            position = seq.num_tokens
+        elif position < seq.num_tokens:
+            cut = self.step_text(position, seq.num_tokens)
             self._rollback(position)
         text = self.format.force_text(self.output_text(seq.num_tokens), self.prompt_text)
         room = cfg.answer_tokens
@@ -331,7 +339,7 @@ class ReasoningDriver:
             # No room left for even the cue (a prompt that fills the context): end here.
             self.reasoner.finished = True
             self.engine.finish(seq.request_id, "length")
-            return
+            return cut
         self.engine.append_tokens(seq.request_id, ids)
         self.num_appended += len(ids)
         self.forced_until = seq.num_tokens
@@ -344,6 +352,15 @@ class ReasoningDriver:
             max_tokens=spent + room,
             pause_on_step_end=False,
         )
+        return cut
+
+    def _cut_note(self, text: str) -> Note:
+        """The backtrack event for the unfinished step a forced answer cut (verifying: the
+        answer follows the checked chain)."""
+        n = len(self.reasoner.chain)
+        after = f"step {n - 1}" if n else "the prompt"
+        why = f"budget spent: the unfinished step is cut; the answer follows {after}"
+        return Note("backtrack", n, text, None, why)
 
     def _start_probe(self, key: str, position: int) -> None:
         """Dynasor's probe: the format's probe text after the thinking so far, a few greedy

@@ -26,8 +26,10 @@ reported. A verdict later than `verdict_timeout_s` (or than its deadline allows)
 
 Budget (docs/budget.md; `update_budget` takes the job's effective budget, recomputed at every
 tick): when it runs out (tokens kept, discarded and probed, or steps), the sequence waits for
-its pending verdicts, is cut back to its last accepted step, gets the format's forcing text
-and decodes the answer greedily (`stop_reason` budget): never just truncated. Early exit: after
+its pending verdicts, is cut back to its last accepted step (verifying: the unfinished step was
+never checked; unverified, the thinking closes where it stands, as vLLM's
+`thinking_token_budget` closes it), gets the format's forcing text and decodes the answer
+greedily (`stop_reason` budget): never just truncated. Early exit: after
 every `probe_every`-th step a probe (the format's probe text and a few greedy tokens, a side
 sequence sharing the KV prefix) reads the answer the model would give now; when the last
 `probe_agree` probes agree (or one reaches `probe_confidence`) and every step so far is
@@ -392,6 +394,11 @@ class Reasoner:
             return []
         reason = UNVERIFIED if self.gave_up else "answer" if self.ended_unclosed else "budget"
         self.phase, self.stop_reason, self.held_finish = "answer", reason, None
+        if not self.verifying:
+            # Nothing is checked, so nothing is cut: the thinking closes where it stands (as
+            # vLLM's `thinking_token_budget` closes it), and what was streamed is the response.
+            return [ForceAnswer(None), Resume()]
+        # The answer follows the checked chain: the unfinished step, never checked, is cut.
         position = self.chain[-1].end if self.chain else self.prompt_len
         return [ForceAnswer(position), Resume()]
 

@@ -142,9 +142,10 @@ class Pause:
 
 @dataclass(frozen=True, slots=True)
 class ForceAnswer:
-    """Cut the sequence to `position`, append the forcing text, decode the answer greedily."""
+    """Cut the sequence to `position` (None: nothing cut, the thinking closes where it stands),
+    append the forcing text, decode the answer greedily."""
 
-    position: int
+    position: int | None
 
 
 @dataclass(frozen=True, slots=True)

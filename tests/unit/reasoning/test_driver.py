@@ -106,7 +106,13 @@ def test_a_spent_budget_forces_an_answer_instead_of_truncating(engine, verify):
     out = run(engine, verify, ScriptedVerifier(), max_thinking_tokens=budget)
     assert out.stop_reason == "budget" and out.finish_reason in ("budget", "stop", "length")
     lines = out.text.strip().split("\n")
-    assert lines[0] == first_step and lines[-1].startswith("Answer:") and len(lines) == 2
+    assert lines[0] == first_step and lines[-1].startswith("Answer:")
+    if verify == "off":
+        # Nothing checked, nothing cut: the unfinished second step stays as it was written
+        # (vLLM's thinking_token_budget), and the answer follows it.
+        assert len(lines) == 3 and lines[1] and plain.text.split("\n")[1].startswith(lines[1])
+    else:  # the answer follows the checked chain: the unfinished step, never checked, is cut
+        assert len(lines) == 2
     assert out.num_tokens <= budget + 24 + 2  # the forced answer stays within answer_tokens
 
 
@@ -143,9 +149,10 @@ def test_every_probe_token_is_paid_for_even_when_the_job_ends_first(engine, monk
 
 
 def drive(engine, verify, delay=0, reject=lambda i, text, n: False, max_tokens=200, prompt=PROMPT,
-          **kw):  # fmt: skip
+          notes=None, **kw):  # fmt: skip
     """Decode one sequence; each verdict arrives `delay(step, text, n)` engine steps after its
-    check (a number: the same delay for all). Returns the driver when the sequence is done."""
+    check (a number: the same delay for all). Returns the driver when the sequence is done;
+    the notes it gave out are appended to `notes`."""
     from pipeline.engine import Request
     from pipeline.reasoning.driver import ReasoningDriver
     from pipeline.reasoning.machine import Check
@@ -160,6 +167,8 @@ def drive(engine, verify, delay=0, reject=lambda i, text, n: False, max_tokens=2
 
     def take(outs):
         for o in outs:
+            if notes is not None and not isinstance(o, Check):
+                notes.append(o)
             if isinstance(o, Check):
                 n = seen[o.step] = seen.get(o.step, 0) + 1
                 v = "contradicted" if reject(o.step, o.text, n) else "entailed"
@@ -193,7 +202,27 @@ def test_a_spent_budget_never_adds_a_second_or_empty_answer(engine, verify, dela
         text, answers = answer_lines(engine, d)
         assert len(answers) == 1 and answers[0].removeprefix("Answer:").strip(), (budget, text)
         assert text.endswith("\n") and text.count("\n") == len(d.reasoner.chain), (budget, text)
-        assert [s.text for s in d.reasoner.chain] == text.strip().split("\n")
+        # (a step is read stripped: an unfinished step kept unverified may end in a space)
+        assert [s.text for s in d.reasoner.chain] == [x.strip() for x in text.strip().split("\n")]
+
+
+def test_a_forced_answer_that_cuts_streamed_text_says_so(engine):
+    # Verifying, a budget spent inside step 1 cuts it (never checked) before the answer; the
+    # stream already had its text, so a backtrack note says what went. Unverified: nothing cut.
+    plain = engine.generate([PROMPT], SamplingParams(temperature=0.7, max_tokens=200, seed=3))[0]
+    budget = len(plain.text.split("\n")[0]) + 3  # 2 characters into step 1
+    for verify in ("async", "off"):
+        notes = []
+        d = drive(engine, verify, notes=notes, max_thinking_tokens=budget)
+        cuts = [n for n in notes if n.kind == "backtrack"]
+        text = engine.tokenizer.decode(d.seq.output_token_ids)
+        if verify == "off":
+            assert not cuts and text.split("\n")[1] == plain.text.split("\n")[1][:2]
+            continue
+        assert len(cuts) == 1 and cuts[0].step == 1 and cuts[0].verdict is None
+        assert cuts[0].text == plain.text.split("\n")[1][:2].strip()
+        assert cuts[0].detail.startswith("budget spent") and "follows step 0" in cuts[0].detail
+        assert text.split("\n")[1].startswith("Answer:")
 
 
 def test_a_contradiction_after_the_budget_is_spent_is_cut_out(engine):

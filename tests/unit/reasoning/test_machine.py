@@ -201,7 +201,8 @@ def test_the_step_budget_forces_the_answer_after_the_last_allowed_step():
     r = machine("off", max_steps=2)
     add_step(r, 10, "3 + 4 = 7")
     acts, _ = add_step(r, 19, "7 * 2 = 14")
-    assert only(acts, ForceAnswer) == [ForceAnswer(29)] and only(acts, Pause)
+    # Unverified, nothing is cut: the answer is forced where the sequence stands.
+    assert only(acts, ForceAnswer) == [ForceAnswer(None)] and only(acts, Pause)
     assert r.phase == "answer" and only(acts, Resume)
     acts = r.on_step(29, 40, "Answer: 14", 0.0)
     assert acts[-1] == Finish("budget") and r.result_stop_reason("stop") == "budget"

@@ -185,6 +185,15 @@ FORMAT_MODELS: dict[str, FormatModel] = {
         + _turns("<|ROLE|>\n", "", "<|assistant|>" + _switch("\n<think>", "\n<think></think>")),
         seed=2,
     ),
+    # GLM-4.7: GLM-4.5's tokens and template shape (its generation prompt opens <think>);
+    # detection says glm45 (the same split with the prompt), so stepwise.json names it.
+    "glm47": FormatModel(
+        ("[gMASK]", "<sop>", "<think>", "</think>", "<tool_call>"),
+        "[gMASK]<sop>"
+        + _turns("<|ROLE|>\n", "", "<|assistant|>" + _switch("\n<think>", "\n<think></think>")),
+        declared=True,
+        seed=2,
+    ),
     "kimi_k2": FormatModel(
         (
             "<think>",
@@ -279,12 +288,12 @@ def make_format_model(
 
     Its tokenizer also has a token for a blank line (the formats' step delimiter), and the
     output rows of that token, of `}` and of a one-token end marker are scaled up (BOOST):
-    their logits spread wider, so each wins a good share of positions. A random model
-    otherwise writes no steps (forcing, which cuts a spent step back to its start, would keep
-    no thinking; early exit, which probes at step ends, would never probe), no `}` to close a
-    probe's `\\boxed{`, and never closes its thinking itself (a run without forcing then never
-    reaches an answer). <eos>'s row is zeroed: a logit of 0 never wins greedy decoding, so a
-    run is not cut short at random."""
+    their logits spread wider, so each wins a good share of positions. A random model otherwise
+    writes no steps (forcing while verifying, which cuts a spent step back to its start, would
+    keep no thinking; early exit, which probes at step ends, would never probe), no `}` to close
+    a probe's `\\boxed{`, and never closes its thinking itself (a run without forcing then never
+    reaches an answer). <eos>'s row is zeroed: a logit of 0 never wins greedy decoding, so a run
+    is not cut short at random."""
     import json
 
     from safetensors.torch import load_file, save_file

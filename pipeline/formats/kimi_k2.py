@@ -13,7 +13,7 @@ from pipeline.formats.think_tags import ThinkTagFormat
 SECTION = "<|tool_calls_section_begin|>"
 
 
-@register_format("kimi_k2")
+@register_format("kimi_k2", aliases=("kimi_k25",))
 class KimiK2Format(ThinkTagFormat):
     starts_in_thinking = True
     # The section, its singular spelling, and a call with no section around it.

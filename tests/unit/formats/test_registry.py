@@ -36,8 +36,8 @@ SGLANG_NAMES = {  # SGLang's (python/sglang/srt/parser/reasoning_parser_names.py
 
 def test_builtin_names():
     assert format_names() == [
-        "deepseek_r1", "deepseek_v3", "ernie45", "gemma4", "glm45", "gpt_oss", "granite",
-        "hunyuan_a13b", "kimi_k2", "minimax_m2", "minimax_m2_append_think", "mistral",
+        "deepseek_r1", "deepseek_v3", "ernie45", "gemma4", "glm45", "glm47", "gpt_oss",
+        "granite", "hunyuan_a13b", "kimi_k2", "minimax_m2", "minimax_m2_append_think", "mistral",
         "nemotron_v3", "olmo3", "plain", "qwen3", "seed_oss", "step3", "tiny",
     ]  # fmt: skip
 

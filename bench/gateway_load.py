@@ -33,11 +33,12 @@ import os
 import sys
 import tempfile
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pipeline.local.stack import gateway_healthy  # noqa: E402
 
 EVENT_TEXT = " 17 + 25 = 42"  # a token-sized payload
 
@@ -258,15 +259,10 @@ def cpu_s(pid: int) -> float:
 
 def wait_healthy(port: int, timeout_s: float = 120) -> None:
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
+    while not gateway_healthy(port):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the gateway on {port} did not get healthy in {timeout_s} s")
         time.sleep(0.3)
-    raise TimeoutError(f"the gateway on {port} did not get healthy in {timeout_s} s")
 
 
 async def run_load(args, bootstrap: str, prefix: str, port: int, gateway_pid: int) -> dict:

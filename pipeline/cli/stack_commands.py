@@ -74,12 +74,15 @@ def cmd_up(args: argparse.Namespace) -> int:
             print("  " + line)
         print(f"  export STEPWISE_KAFKA={stack.services.bootstrap_servers}")
         print(f"  export STEPWISE_REDIS={stack.services.redis_url}")
-        print("ready; Ctrl-C stops everything", flush=True)
         # SIGTERM stops everything the way Ctrl-C does (and Ctrl-C works even where the shell
         # started us with SIGINT ignored, as it does for background jobs).
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.default_int_handler)
         try:
+            if "gateway" in stack.procs:  # "ready" once a client can connect
+                print("waiting for the gateway ...", flush=True)
+                stack.wait_for_gateway()
+            print("ready; Ctrl-C stops everything", flush=True)
             while all(p.poll() is None for p in stack.procs.values()):
                 time.sleep(0.5)
         except KeyboardInterrupt:

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,12 +134,30 @@ class Stack:
             dead = self.exited()
             if dead and not task.done():
                 task.cancel()
-                where = f" (logs in {self.log_dir})" if self.log_dir else ""
                 codes = ", ".join(f"{n} exited with code {c}" for n, c in dead.items())
                 raise ServiceError(
-                    f"worker stopped during the run: {codes}{where}", code="worker_exited"
+                    f"worker stopped during the run: {codes}{self._logs()}", code="worker_exited"
                 )
         return task.result()
+
+    def wait_for_gateway(self, timeout_s: float = 120.0, poll_s: float = 0.25) -> None:
+        """Block until the stack's gateway answers `/healthz`: `stepwise up` says "ready" only
+        once a client can connect. A worker that exits meanwhile, or a gateway still silent
+        after `timeout_s`, is a ServiceError naming it."""
+        deadline = time.monotonic() + timeout_s
+        while not gateway_healthy(self.gateway_port):
+            if dead := self.exited():
+                codes = ", ".join(f"{n} exited with code {c}" for n, c in dead.items())
+                raise ServiceError(f"worker stopped while starting: {codes}{self._logs()}")
+            if time.monotonic() > deadline:
+                raise ServiceError(
+                    f"the gateway did not answer on port {self.gateway_port} in "
+                    f"{timeout_s:.0f} s{self._logs()}"
+                )
+            time.sleep(poll_s)
+
+    def _logs(self) -> str:
+        return f" (logs in {self.log_dir})" if self.log_dir else ""
 
     def describe(self) -> list[str]:
         lines = self.services.describe()
@@ -182,3 +201,12 @@ class Stack:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def gateway_healthy(port: int, host: str = "127.0.0.1") -> bool:
+    """Does a gateway on `port` answer `/healthz` with 200 (its Kafka feed running)?"""
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/healthz", timeout=2) as r:
+            return r.status == 200
+    except OSError:  # not listening yet, or 503 (HTTPError is an OSError)
+        return False

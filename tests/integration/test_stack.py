@@ -105,13 +105,7 @@ def test_stack_runs_a_job_and_stops_its_workers_cleanly(
             raise AssertionError("no Result")
 
         url = f"http://127.0.0.1:{stack.gateway_port}"
-        for _ in range(150):  # the gateway follows events from when it is up
-            try:
-                with urllib.request.urlopen(f"{url}/healthz", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.2)
+        stack.wait_for_gateway()  # the gateway follows events from when it is up
         result = asyncio.run(run())
         assert result.status == "ok" and result.steps
         # The gateway serves the same job over HTTP, once its own consumer has read the Result

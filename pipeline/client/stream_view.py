@@ -94,7 +94,9 @@ class StreamView:
         elif e.kind == "backtrack" and e.step is not None:
             # the bad step got its ✗ from a verdict event; steps from `e.step` on are dropped
             self._drop_from(e.step)
-            self.rows.append(Row(-1, f"backtrack: again from step {e.step + 1}", detail=e.detail))
+            # no verdict: dropped with no contradiction (a forced answer's cut, an early exit)
+            what = "backtrack: again from" if e.verdict else "dropped from"
+            self.rows.append(Row(-1, f"{what} step {e.step + 1}", detail=e.detail))
             self.draft = ""
         elif e.kind == "repair" and e.step is not None:
             # a value replaced in the step being written: its step event shows the new text

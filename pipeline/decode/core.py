@@ -353,8 +353,11 @@ def trace_marks(run: JobRun, outs) -> list[TraceMark]:
             attrs = {"verdict": o.verdict, "detail": o.detail[:200] or None}
             if o.kind == "step":
                 attrs["chars"] = len(o.text)
+            # Text dropped with no contradiction (a forced answer's cut, an early exit's dropped
+            # steps) is a `cut`: the trace's backtracks are the job's resamples.
+            kind = "cut" if o.kind == "backtrack" and o.verdict is None else o.kind
             marks.append(
-                TraceMark(job, o.kind, now, o.step, 0, {k: v for k, v in attrs.items() if v})
+                TraceMark(job, kind, now, o.step, 0, {k: v for k, v in attrs.items() if v})
             )
     if run.driver.marks:
         marks += [TraceMark(job, kind, now, -1, 0, attrs) for kind, attrs in run.driver.marks]

@@ -17,7 +17,7 @@ from pipeline import schema
 from pipeline.decode.messages import TraceMark
 from pipeline.tracing import spans
 
-EVENTS = ("verdict", "backtrack", "forced_answer", "early_exit", "budget_cut")
+EVENTS = ("verdict", "backtrack", "cut", "forced_answer", "early_exit", "budget_cut")
 
 
 class JobTrace:

@@ -421,6 +421,14 @@ class StreamDeltas:
         return self.end_of_thinking() + ([{"content": text}] if text else [])
 
 
+def rollback_marker(event: schema.Event) -> str:
+    """What a `backtrack` event adds to the streamed reasoning: deltas cannot be taken back, so
+    the reader is told that the text from step `step` on was dropped, and whether for a
+    resample (a verdict) or with no contradiction (a forced answer's cut, an early exit)."""
+    how = "backtrack" if event.verdict else "cut back"
+    return f"\n[{how} to step {event.step}]\n"
+
+
 async def _chunks(
     gw: Gateway, sub: Subscription, job_id: str, req: ChatRequest, created: int
 ) -> AsyncIterator[bytes]:
@@ -451,7 +459,7 @@ async def _chunks(
                     sent_reasoning = True
                     out = deltas.reasoning(item.text)
                 elif item.kind == "backtrack":
-                    out = deltas.reasoning(f"\n[backtrack to step {item.step}]\n")
+                    out = deltas.reasoning(rollback_marker(item))
                 elif item.kind == "repair":
                     out = deltas.reasoning(f"\n[repaired: {item.detail}]\n")
                 elif item.kind in CALL_EVENTS and item.tool_call is not None:

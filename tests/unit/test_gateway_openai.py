@@ -10,6 +10,7 @@ from pipeline.gateway.openai_api import (
     answer_text,
     reasoning_text,
     response_message,
+    rollback_marker,
     to_job,
     usage,
 )
@@ -147,6 +148,16 @@ def test_stream_deltas_follow_include_and_stream_reasoning():
     assert held.reasoning("\n[backtrack to step 1]\n") != []  # after it: as it comes
     hidden = StreamDeltas(ChatRequest(model="m", messages=MSG, include_reasoning=False))
     assert hidden.reasoning("2 + 3") == [] and hidden.content("5") == [{"content": "5"}]
+
+
+def test_the_stream_says_what_decode_rolled_back_and_why():
+    def event(**kw):
+        return schema.Event(id="j", seq=3, kind="backtrack", ts_ms=0, step=1, **kw)
+
+    assert rollback_marker(event(verdict="contradicted")) == "\n[backtrack to step 1]\n"
+    # A forced answer after the checked chain cut the unfinished step: no resample.
+    cut = event(detail="budget spent: the unfinished step is cut; the answer follows step 0")
+    assert rollback_marker(cut) == "\n[cut back to step 1]\n"
 
 
 # -- tools and structured output (issue 38) ------------------------------------------------

@@ -243,3 +243,21 @@ def test_a_tool_call_event_is_shown():
             "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}  # fmt: skip
     view.apply(decode(ev(1, "tool_call", step=0, tool_call=call)))
     assert '⚙ tool call: get_weather({"city": "Paris"})' in render(view)
+
+
+def test_a_cut_with_no_verdict_is_shown_as_dropped_not_as_a_resample():
+    # A forced answer that follows the checked chain cut the unfinished step 1 (no verdict).
+    view = StreamView("What is (5 + 9) * 2?")
+    for raw in RECORDED[:3] + [
+        ev(3, "token", text="14 * "),
+        ev(4, "backtrack", step=1, text="14 *",
+           detail="budget spent: the unfinished step is cut; the answer follows step 0"),
+        ev(5, "step", step=1, text="The answer is 28."),
+    ]:  # fmt: skip
+        view.apply(decode(raw))
+    lines = render(view).splitlines()
+    assert lines[2] == (
+        "   ↩ dropped from step 2  (budget spent: the unfinished step is cut; the answer follows "
+        "step 0)"
+    )
+    assert "again from" not in render(view)

@@ -103,14 +103,16 @@ def test_the_core_marks_notes_and_what_its_driver_did():
         Check("0.1", 0, "3 + 4 = 7", ()),
         Note("verdict", 0, "3 + 4 = 7", "entailed", ""),
         Note("backtrack", 1, "x", "contradicted", "false: 8 != 7"),
+        # A forced answer's cut: text dropped with no contradiction, not a resample.
+        Note("backtrack", 1, "7 * 2", None, "budget spent: the unfinished step is cut"),
     ]
     marks = trace_marks(run, outs)  # type: ignore[arg-type]
     assert [(m.kind, m.step) for m in marks] == [
-        ("step", 0), ("verdict", 0), ("backtrack", 1), ("forced_answer", -1)
+        ("step", 0), ("verdict", 0), ("backtrack", 1), ("cut", 1), ("forced_answer", -1)
     ]  # fmt: skip
     assert marks[0].attrs == {"chars": 9} and marks[1].attrs == {"verdict": "entailed"}
     assert marks[2].attrs["detail"] == "false: 8 != 7" and driver.marks == []
-    assert msgspec.msgpack.decode(msgspec.msgpack.encode(marks[3]), type=TraceMark) == marks[3]
+    assert msgspec.msgpack.decode(msgspec.msgpack.encode(marks[4]), type=TraceMark) == marks[4]
 
 
 def test_inward_messages_merge_their_traced_jobs():

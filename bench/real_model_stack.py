@@ -93,7 +93,10 @@ def summarize(problems, jobs, events, results, wall: float) -> dict:
         "step_verdicts": dict(steps),
         "claim_verdicts": dict(claims),
         "backtracks": sum(r.usage.backtracks for r in ok),
-        "backtrack_events": sum(e.kind == "backtrack" for evs in events.values() for e in evs),
+        # resamples (a backtrack event with a verdict): cuts are not in usage.backtracks
+        "backtrack_events": sum(
+            e.kind == "backtrack" and bool(e.verdict) for evs in events.values() for e in evs
+        ),
         "gave_up": sum(r.budget.stop_reason == "unverified" for r in ok),
         "coverage_status": dict(Counter(r.verification.status for r in ok if r.verification)),
         "coverage_matches_events": sum(coverage_matches(r, events[r.id]) for r in ok),

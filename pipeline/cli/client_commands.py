@@ -40,8 +40,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
                         print(f"  step {msg.step}: {msg.text}")
                     elif msg.kind == "verdict":
                         print(f"    {msg.verdict}" + (f" ({msg.detail})" if msg.detail else ""))
-                    elif msg.kind == "backtrack":
-                        print(f"  <- backtrack to step {msg.step}: {msg.detail}")
+                    elif msg.kind == "backtrack":  # no verdict: a cut, not a resample
+                        what = "backtrack to" if msg.verdict else "cut back to"
+                        print(f"  <- {what} step {msg.step}: {msg.detail}")
                     elif msg.kind == "repair":
                         print(f"  ~ repaired in step {msg.step}: {msg.detail}")
                     elif msg.kind == "tool_call" and msg.tool_call is not None:

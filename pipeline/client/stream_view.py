@@ -39,8 +39,8 @@ DRAFT_CHARS = 160  # the tail of the step being written (stream=tokens) that is 
 
 @dataclass(slots=True)
 class Row:
-    """A line of the view: a step (`index` >= 0), a backtrack note (`index` -1) or a repair
-    note (-2)."""
+    """A line of the view: a step (`index` >= 0), a backtrack note (`index` -1), a repair
+    note (-2), a tool call (-3) or a cut: text dropped with no contradiction (-4)."""
 
     index: int
     text: str
@@ -95,8 +95,11 @@ class StreamView:
             # the bad step got its ✗ from a verdict event; steps from `e.step` on are dropped
             self._drop_from(e.step)
             # no verdict: dropped with no contradiction (a forced answer's cut, an early exit)
-            what = "backtrack: again from" if e.verdict else "dropped from"
-            self.rows.append(Row(-1, f"{what} step {e.step + 1}", detail=e.detail))
+            n = e.step + 1
+            if e.verdict:
+                self.rows.append(Row(-1, f"backtrack: again from step {n}", detail=e.detail))
+            else:
+                self.rows.append(Row(-4, f"dropped from step {n}", detail=e.detail))
             self.draft = ""
         elif e.kind == "repair" and e.step is not None:
             # a value replaced in the step being written: its step event shows the new text
@@ -113,6 +116,7 @@ class StreamView:
 
     @property
     def num_backtracks(self) -> int:
+        """Resamples after a contradiction (the Result's `usage.backtracks`); cuts not."""
         return sum(1 for r in self.rows if r.index == -1)
 
     def _row(self, row: Row) -> Text:

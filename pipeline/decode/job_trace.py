@@ -41,8 +41,10 @@ class JobTrace:
             if mark.step >= 0:
                 attrs["step"] = mark.step
             self.span.add_event(mark.kind, attrs, timestamp=mark.ts_ns)
-            if mark.kind == "backtrack":
-                self.boundary_ns = mark.ts_ns  # the resampled step starts from here
+            if mark.kind in ("backtrack", "cut"):
+                self.boundary_ns = (
+                    mark.ts_ns
+                )  # the next step (resampled, or the answer) starts here
 
     def _step(self, index: int, end_ns: int, **attrs: object) -> None:
         start = min(self.boundary_ns, end_ns)

@@ -86,6 +86,7 @@ def rate_limit(rate: float, burst: int | None = None) -> RateLimit:
     return RateLimit(rate, burst if burst is not None else max(1, math.ceil(rate)))
 
 
+GATEWAY_HOST = "GATEWAY_HOST"
 GATEWAY_PORT = "GATEWAY_PORT"  # read by `stepwise stream` for the local gateway's address
 
 
@@ -100,7 +101,7 @@ class GatewayConfig:
     # Beyond loopback it needs API keys, or allow_open.
     host: str = setting(
         "127.0.0.1",
-        env="GATEWAY_HOST",
+        env=GATEWAY_HOST,
         concern="gateway",
         flag="--host",
         help="address the gateway binds (beyond loopback: API keys, or --allow-open)",

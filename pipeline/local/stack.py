@@ -16,7 +16,7 @@ from typing import TypeVar
 from pipeline import settings
 from pipeline.config import PipelineConfig
 from pipeline.errors import ServiceError
-from pipeline.gateway.config import GATEWAY_PORT
+from pipeline.gateway.config import GATEWAY_HOST, GATEWAY_PORT
 from pipeline.local.services import LocalServices, child_setup, create_topics
 from pipeline.models.resolve import resolve_model
 from pipeline.topics import Topics
@@ -66,6 +66,7 @@ class Stack:
         self.procs: dict[str, subprocess.Popen] = {}
         self.log_dir = Path(log_dir) if log_dir else None
         self.gateway_port = self.settings[GATEWAY_PORT]
+        self.gateway_host = self.settings[GATEWAY_HOST]
         self.vllm = None  # engine vllm without a URL: one server, shared by prefill and decode
 
     @property
@@ -145,7 +146,7 @@ class Stack:
         once a client can connect. A worker that exits meanwhile, or a gateway still silent
         after `timeout_s`, is a ServiceError naming it."""
         deadline = time.monotonic() + timeout_s
-        while not gateway_healthy(self.gateway_port):
+        while not gateway_healthy(self.gateway_port, self.gateway_host):
             if dead := self.exited():
                 codes = ", ".join(f"{n} exited with code {c}" for n, c in dead.items())
                 raise ServiceError(f"worker stopped while starting: {codes}{self._logs()}")
@@ -170,7 +171,8 @@ class Stack:
             niced = ", ".join(names)
             lines.append(f"nice +{self.service_nice}: {niced} (STEPWISE_SERVICE_NICE=0: off)")
         if "gateway" in self.procs:
-            lines.append(f"gateway at http://127.0.0.1:{self.gateway_port} (OpenAI API: /v1)")
+            url = gateway_url(self.gateway_host, self.gateway_port)
+            lines.append(f"gateway at {url} (OpenAI API: /v1)")
         return lines
 
     def stop(self, timeout: float = 60.0) -> None:
@@ -203,10 +205,22 @@ class Stack:
         self.stop()
 
 
+_WILDCARDS = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def gateway_url(host: str, port: int) -> str:
+    """Where this machine reaches a gateway bound to `host`:`port` (a wildcard address is
+    reached on loopback)."""
+    host = _WILDCARDS.get(host, host)
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
 def gateway_healthy(port: int, host: str = "127.0.0.1") -> bool:
-    """Does a gateway on `port` answer `/healthz` with 200 (its Kafka feed running)?"""
+    """Does a gateway bound to `host`:`port` answer `/healthz` with 200 (its Kafka feed
+    running)? Asked directly, never through an HTTP proxy the environment names."""
     try:
-        with urllib.request.urlopen(f"http://{host}:{port}/healthz", timeout=2) as r:
+        with _DIRECT.open(f"{gateway_url(host, port)}/healthz", timeout=2) as r:
             return r.status == 200
     except OSError:  # not listening yet, or 503 (HTTPError is an OSError)
         return False

@@ -29,9 +29,13 @@ from pipeline.reasoning.machine import (
     Resume,
     Rollback,
 )
+from pipeline.reasoning.types import UNVERIFIED
+from pipeline.toolcalls.registry import before_calls
 from pipeline.verify.fast import contradicted, fast_verdict
 
 Outward = Check | Note
+# What a cut's note says caused it, by the machine's stop reason.
+CUT_CAUSES = {"budget": "budget spent", "early_exit": "early exit", UNVERIFIED: "gave up"}
 # A forced answer under a grammar (structured output) is the grammar's to write: room for it.
 GUIDED_ANSWER_TOKENS = 256
 
@@ -244,15 +248,16 @@ class ReasoningDriver:
                 engine.pause(rid)
             elif isinstance(a, Finish):
                 engine.finish(rid, a.reason)
-            elif isinstance(a, ForceAnswer):
-                cut = self._force_answer(a.position)
+            elif isinstance(a, ForceAnswer | ExitWith):
+                if isinstance(a, ForceAnswer):
+                    cut = self._force_answer(a.position)
+                else:
+                    cut = self._exit_with(a.position, a.key)
                 if cut and not any(isinstance(o, Note) and o.kind == "backtrack" for o in out):
                     # Text already streamed goes: the stream is told, as after a backtrack.
                     out.append(self._cut_note(cut))
             elif isinstance(a, Probe):
                 self._start_probe(a.key, a.position)
-            elif isinstance(a, ExitWith):
-                self._exit_with(a.position, a.key)
             else:
                 out.append(a)
         if seq.is_finished:
@@ -320,10 +325,13 @@ class ReasoningDriver:
 
     def _force_answer(self, position: int | None) -> str:
         """s1's budget forcing, in the model's format: close the thinking if it is open (cut
-        back to `position` first, if given), write the answer prefix, decode the answer
-        greedily. Returns the text cut (stripped; "" when none)."""
+        back to `position` first, if given; with none given, to the chain's end where the
+        thinking cannot close in place: `closes_in_place`), write the answer prefix, decode
+        the answer greedily. Returns the text cut (stripped; "" when none)."""
         seq, cfg = self.seq, self.reasoner.config
         cut = ""
+        if position is None and not self._closes_in_place():
+            position = self._chain_end()
         if position is None:
             position = seq.num_tokens
         elif position < seq.num_tokens:
@@ -354,12 +362,22 @@ class ReasoningDriver:
         )
         return cut
 
+    def _chain_end(self) -> int:
+        r = self.reasoner
+        return r.chain[-1].end if r.chain else self.seq.num_prompt_tokens
+
+    def _closes_in_place(self) -> bool:
+        """May an unverified forced answer close the thinking where the sequence stands?"""
+        unfinished = self.step_text(self._chain_end(), self.seq.num_tokens)
+        return not self.reasoner.calls_begun() and closes_in_place(unfinished)
+
     def _cut_note(self, text: str) -> Note:
-        """The backtrack event for the unfinished step a forced answer cut (verifying: the
-        answer follows the checked chain)."""
+        """The backtrack event (no verdict: a cut) for the unfinished step a forced answer or
+        an early exit cut: the answer follows the chain before it."""
         n = len(self.reasoner.chain)
         after = f"step {n - 1}" if n else "the prompt"
-        why = f"budget spent: the unfinished step is cut; the answer follows {after}"
+        cause = CUT_CAUSES.get(self.reasoner.stop_reason or "budget", self.reasoner.stop_reason)
+        why = f"{cause}: the unfinished step is cut; the answer follows {after}"
         return Note("backtrack", n, text, None, why)
 
     def _start_probe(self, key: str, position: int) -> None:
@@ -393,10 +411,14 @@ class ReasoningDriver:
         text = self.engine.tokenizer.decode(output_ids)
         return self.format.probe_answer(text) or ""
 
-    def _exit_with(self, position: int, key: str) -> None:
+    def _exit_with(self, position: int, key: str) -> str:
+        """Finish with the probed answer after the chain up to `position`; returns the text
+        cut (stripped; "" when none)."""
         seq, engine = self.seq, self.engine
         value = self.probe_value(self.probe_answers.pop(key, []))
+        cut = ""
         if position < seq.num_tokens:
+            cut = self.step_text(position, seq.num_tokens)
             self._rollback(position)
         # The answer goes into the text in the format's words: the thinking closed, the answer
         # prefix, the probed value. No KV is needed for it.
@@ -405,6 +427,7 @@ class ReasoningDriver:
         self.num_appended += len(ids)
         engine.finish_with(seq.request_id, ids, "early_exit")
         self._mark("early_exit", answer=value, at=position)
+        return cut
 
     def _drop_probes(self) -> None:
         self.probe_answers.clear()
@@ -414,6 +437,14 @@ class ReasoningDriver:
             if not probe.is_finished:
                 self.engine.abort(probe.request_id)
         self.probes.clear()
+
+
+def closes_in_place(unfinished: str) -> bool:
+    """Can a forced answer's text follow the step being written (`unfinished`), cutting
+    nothing? Not once a tool call has opened in it: the text would land in the call's
+    arguments, so the step is cut. (After a closed thinking the forcing text is the answer
+    prefix alone, after the answer so far: what was streamed stays the response's.)"""
+    return before_calls(unfinished) == unfinished
 
 
 def exit_text(fmt, text: str, prompt: str, value: str) -> str:

@@ -27,8 +27,9 @@ reported. A verdict later than `verdict_timeout_s` (or than its deadline allows)
 Budget (docs/budget.md; `update_budget` takes the job's effective budget, recomputed at every
 tick): when it runs out (tokens kept, discarded and probed, or steps), the sequence waits for
 its pending verdicts, is cut back to its last accepted step (verifying: the unfinished step was
-never checked; unverified, the thinking closes where it stands, as vLLM's
-`thinking_token_budget` closes it), gets the format's forcing text and decodes the answer
+never checked) or, unverified, has its thinking closed where it stands, as vLLM's
+`thinking_token_budget` closes it (the driver still cuts a tool call being written: the
+forcing text cannot go into its arguments), gets the format's forcing text and decodes the answer
 greedily (`stop_reason` budget): never just truncated. Early exit: after
 every `probe_every`-th step a probe (the format's probe text and a few greedy tokens, a side
 sequence sharing the KV prefix) reads the answer the model would give now; when the last
@@ -290,7 +291,7 @@ class Reasoner:
         answering = tail is not None and self.is_answer(tail[2].strip())
         if reason == "length" and not self._answered() and not answering:
             # Out of tokens before an answer: that is a spent budget too, so the answer is
-            # forced (from the last accepted step) rather than the text cut off.
+            # forced (as above) rather than the text cut off.
             if self.phase == "wait_answer":
                 return []  # the forced answer comes once the pending verdicts are in
             return self._out_of_budget()

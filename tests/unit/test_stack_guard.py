@@ -79,16 +79,23 @@ def stop_all(stack: Stack) -> None:
         proc.wait()
 
 
-def test_waiting_for_the_gateway_returns_once_it_answers(tmp_path):
+def test_waiting_for_the_gateway_returns_once_it_answers(tmp_path, monkeypatch):
+    # Asked where it is bound (a wildcard bind reached on loopback), never through a proxy the
+    # environment names: a proxy that refuses everything changes nothing.
+    monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{free_port()}")
+    for name in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
     port = free_port()
     stack = Stack(PipelineConfig(), workers=(), log_dir=tmp_path)
-    stack.gateway_port = port
+    stack.gateway_port, stack.gateway_host = port, "0.0.0.0"
     # The server starts listening a moment after its process: the wait spans that gap.
     stack.procs = {"gateway": subprocess.Popen([sys.executable, "-c", HEALTHZ, str(port)])}
     try:
         assert not gateway_healthy(free_port())  # nothing listens there
         stack.wait_for_gateway(timeout_s=30, poll_s=0.05)
-        assert gateway_healthy(port)
+        assert gateway_healthy(port) and gateway_healthy(port, "0.0.0.0")
+        assert any(f"gateway at http://127.0.0.1:{port}" in line for line in stack.describe())
     finally:
         stop_all(stack)
 

@@ -260,4 +260,4 @@ def test_a_cut_with_no_verdict_is_shown_as_dropped_not_as_a_resample():
         "   ↩ dropped from step 2  (budget spent: the unfinished step is cut; the answer follows "
         "step 0)"
     )
-    assert "again from" not in render(view)
+    assert "again from" not in render(view) and view.num_backtracks == 0

@@ -74,6 +74,26 @@ def test_steps_backtracks_and_checks_make_one_tree(folder):
     assert decode_span["attributes"]["stepwise.steps"] == result.usage.steps
 
 
+def test_a_cut_starts_the_next_step_like_a_backtrack(folder):
+    # A forced answer cut the unfinished step 1: the answer line's span starts at the cut.
+    t = 1_000 * MS
+    trace = JobTrace(spans.start_job_span("decode", "j3", start_ns=t))
+    trace.apply(TraceMark("j3", "step", t + 20 * MS, 0, 0))
+    trace.apply(TraceMark("j3", "cut", t + 27 * MS, 1, 0, {"detail": "budget spent"}))
+    trace.apply(TraceMark("j3", "step", t + 40 * MS, 1, 0))
+    result = msgspec.structs.replace(
+        schema_samples.result(), id="j3", steps=[schema.StepRecord(text=s) for s in "ab"]
+    )
+    trace.finish(result)
+    steps = sorted(
+        (s for s in stored(folder, "j3") if s["name"] == "step"), key=lambda s: s["start_ns"]
+    )
+    assert [((s["start_ns"] - t) // MS, (s["end_ns"] - t) // MS) for s in steps] == [
+        (0, 20),
+        (27, 40),
+    ]
+
+
 def test_a_failed_import_is_an_error_span_and_the_job_goes_on(folder):
     trace = JobTrace(spans.start_job_span("decode", "j2"))
     h = schema_samples.handoff()

@@ -9,6 +9,7 @@ from pipeline.config import PipelineConfig
 from pipeline.engine import Engine, EngineConfig, SamplingParams
 from pipeline.evals.verified import generate_verified
 from pipeline.models.resolve import resolve_model
+from pipeline.reasoning.driver import closes_in_place
 from pipeline.reasoning.types import ReasoningConfig
 from pipeline.schema import JobParams
 
@@ -225,6 +226,23 @@ def test_a_forced_answer_that_cuts_streamed_text_says_so(engine):
         assert text.split("\n")[1].startswith("Answer:")
 
 
+@pytest.mark.parametrize(
+    ("unfinished", "in_place"),
+    [
+        ("We add 3 and", True),
+        ("</think>\n\nThe sum", True),  # the answer prefix follows the answer so far
+        ("<|channel|>final<|message|>The sum", True),
+        ('Add.\n<tool_call>\n{"name": "add", "arguments": {"a"', False),
+        ("<|channel|>commentary to=functions.add <|constrain|>json", False),
+        ("Add.<|tool_calls_section_begin|><|tool_call_begin|>add", False),
+        ('[TOOL_CALLS]add{"a": 3', False),
+    ],
+)
+def test_an_unverified_forced_answer_cuts_only_a_tool_call_being_written(unfinished, in_place):
+    # The forcing text must not land inside a call's arguments: there the step is cut.
+    assert closes_in_place(unfinished) is in_place
+
+
 def test_a_contradiction_after_the_budget_is_spent_is_cut_out(engine):
     # Step 2 is contradicted while step 1's verdict is still pending and the budget is spent.
     def delay(i, text, n):
@@ -242,6 +260,18 @@ def test_agreeing_probes_exit_when_the_verdicts_come_after_them(engine):
     text, answers = answer_lines(engine, d)
     assert d.reasoner.stop_reason == "early_exit" and len(answers) == 1
     assert answers[0].removeprefix("Answer:").strip()
+
+
+def test_an_early_exit_that_cuts_streamed_text_says_so(engine):
+    # The probe answers while decode goes on: the step begun meanwhile is cut for the exit's
+    # answer, verifying or not, and the stream (which had it) gets a cut: no verdict.
+    for verify, delay in (("off", 0), ("async", 8)):
+        notes = []
+        d = drive(engine, verify, delay=delay, notes=notes, early_exit=True)
+        assert d.reasoner.stop_reason == "early_exit" and d.seq.num_discarded_tokens > 0
+        cuts = [n for n in notes if n.kind == "backtrack"]
+        assert len(cuts) == 1 and cuts[0].verdict is None and cuts[0].text, cuts
+        assert cuts[0].detail.startswith("early exit: the unfinished step is cut")
 
 
 def test_a_prompt_near_the_context_end_gets_a_forced_answer_not_a_crash(engine):

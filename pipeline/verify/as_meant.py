@@ -15,7 +15,16 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-from pipeline.verify.claim_ast import BinOp, ClaimError, ClaimLimits, Expr, Num, Relation, evaluate
+from pipeline.verify.claim_ast import (
+    BinOp,
+    ClaimError,
+    ClaimLimits,
+    Expr,
+    Neg,
+    Num,
+    Relation,
+    evaluate,
+)
 
 _REMAINDER = re.compile(r"^[^.;!?\n]{0,40}\b(?:remain\w*|left\s*over|leftover|remainder)\b", re.I)
 
@@ -132,12 +141,22 @@ def _rounded(rel: Relation, limits: ClaimLimits) -> bool:
     return _rounded_number(rel, limits)
 
 
+def _literal(expr: Expr) -> Fraction | None:
+    """The value of a number as written, a negative one included (`-0.33` reads as Neg)."""
+    if isinstance(expr, Num):
+        return expr.value
+    if isinstance(expr, Neg) and isinstance(expr.operand, Num):
+        return -expr.operand.value
+    return None
+
+
 def _rounded_number(rel: Relation, limits: ClaimLimits) -> bool:
     """`10 / 3 = 3.33`: a decimal written to k places that the exact value rounds (or cuts)
     to, where no k-place decimal is exact. Models write such steps meaning "about"; a
     contradiction would roll back a right step. Never true for an exactly representable
     value written wrong (`10 / 4 = 2.6` stays false)."""
-    if rel.op != "=" or not isinstance(rel.rhs, Num) or "." not in rel.text.rsplit("=", 1)[-1]:
+    value = _literal(rel.rhs)
+    if rel.op != "=" or value is None or "." not in rel.text.rsplit("=", 1)[-1]:
         return False
     written = rel.text.rsplit("=", 1)[-1].strip().rstrip(".")
     places = len(written.rsplit(".", 1)[-1]) if "." in written else 0
@@ -152,6 +171,6 @@ def _rounded_number(rel: Relation, limits: ClaimLimits) -> bool:
     magnitude = abs(scaled)
     cut = magnitude.numerator // magnitude.denominator  # truncated (2/3 = 0.66)
     nearest = cut + (magnitude - cut >= Fraction(1, 2))  # rounded half up (2/3 = 0.67)
-    written_scaled = abs(rel.rhs.value * 10**places)
-    same_sign = (exact < 0) == (rel.rhs.value < 0) or written_scaled == 0
+    written_scaled = abs(value * 10**places)
+    same_sign = (exact < 0) == (value < 0) or written_scaled == 0
     return same_sign and written_scaled in (cut, nearest)

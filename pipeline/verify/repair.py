@@ -4,8 +4,9 @@ Verify mode `repair` (docs/verification.md) is a calculator in the loop, as GSM8
 solutions were written with one: decode reads each claim the moment its value is written and
 closed (`88 * 40 = 3120` followed by a word, a comma, a sentence's end, `$`, `\\)`, `>>`), and
 when the claim has no unknowns and its left side computes another value, the wrong value is
-replaced by the right one (`3120` -> `3520`) and the model goes on from there. Only what this
-module can compute exactly is repaired; everything else (unknowns, contradictions with earlier
+replaced by the right one (`3120` -> `3520`; one with no finite decimal rounded as people
+write it, `7 / 3 = 2` -> `2.33`) and the model goes on from there. Only what this module can
+compute exactly is repaired; everything else (unknowns, contradictions with earlier
 steps, relations) is left to the checker's verdict and its rollback.
 
 Pure logic: no engine, no tokens. `find_repair` reads text; decode maps its span to tokens.
@@ -116,11 +117,12 @@ def find_repair(
         span = _value_span(text, claim.span, got)
         if span is None or not (final or closed_at(text, span[1])):
             continue
-        new = _written_like(want, text[span[0] : span[1]])
-        if new is None:
-            return None  # the right value has no finite decimal: the checker's verdict decides
+        old = text[span[0] : span[1]]
+        # A right value with no finite decimal (`10 / 3`) is written rounded, as people write
+        # it (`3.33`): the checker reads that as meant (consistent: holds when rounded).
+        new = _written_like(want, old) or _rounded_like(want, old)
         start, end = claim.span
-        return Repair(span, text[span[0] : span[1]], new, text[start:end])
+        return Repair(span, old, new, text[start:end])
     return None
 
 
@@ -294,6 +296,23 @@ def _value_span(text: str, span: tuple[int, int], value: Fraction) -> tuple[int,
         except ValueError:
             continue
     return None
+
+
+def _rounded_like(value: Fraction, old: str) -> str:
+    """`value` rounded to two decimals, or to as many as `old` has if more (`10 / 3` ->
+    `3.33`), with more places for a value that would round to zero (`1 / 300` -> `0.0033`), up
+    to six; thousands commas as `old` has them."""
+    written = old.replace(",", "")
+    places = max(2, len(written.rsplit(".", 1)[1]) if "." in written else 0)
+    while True:
+        scaled = round(abs(value) * 10**places)  # never a tie: the decimal does not end
+        if scaled or places >= 6:
+            break
+        places += 1
+    whole, frac = divmod(scaled, 10**places)
+    sign = "-" if value < 0 and scaled else ""
+    head = f"{whole:,}" if "," in old else str(whole)
+    return f"{sign}{head}.{frac:0{places}d}"
 
 
 def _written_like(value: Fraction, old: str) -> str | None:

@@ -42,6 +42,9 @@ def test_what_the_checker_must_decide():
     assert fast_verdict("2 + 2 = 4 and 3 * 3 = 9") is None  # true: grounding is the checker's
     assert fast_verdict("x + 2 = 7") is None  # unknowns: Z3 with state
     assert fast_verdict("10 / 3 = 3.33") is None  # rounded as meant
+    assert fast_verdict("-1 / 3 = -0.33") is None  # ... a negative value too
+    v = fast_verdict("Then -2 / 3 = 0.67.")  # the sign is wrong: no rounding excuses it
+    assert v is not None and [c.text for c in v.claims] == ["-2 / 3 = 0.67"]
     v = fast_verdict("So 7 / 3 = 2 apples, and 2 + 2 = 4.")
     assert v is not None and [c.text for c in v.claims] == ["7 / 3 = 2"]
 

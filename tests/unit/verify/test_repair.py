@@ -22,6 +22,12 @@ from pipeline.verify.repair import closed_at, find_repair
         ("1,000 + 2,500 = 3,600 dollars", "3,600", "3,500"),
         ("10 / 4 = 2.6 hours", "2.6", "2.5"),
         ("<think>\nSo 7 * 8 = 54.\n</think>", "54", "56"),
+        # no finite decimal: written rounded, as people write it (the checker: as meant)
+        ("Now 7 / 3 = 2 and", "2", "2.33"),
+        ("So -1 / 3 = -2, then", "-2", "-0.33"),
+        ("Each gets 10,000 / 3 = 3,000 dollars", "3,000", "3,333.33"),
+        ("The share is 1 / 300 = 0.03.", "0.03", "0.003"),
+        ("Then 22 / 7 = 3.5 metres", "3.5", "3.14"),
     ],
 )
 def test_a_wrong_value_is_found_with_the_right_one(text, old, new):
@@ -39,7 +45,6 @@ def test_a_wrong_value_is_found_with_the_right_one(text, old, new):
     [
         "So 60 - 63 = -3.",  # right
         "25 / 3 = 8.33 so",  # rounded as meant
-        "Now 7 / 3 = 2 and",  # the right value has no finite decimal: left to the checker
         "x = 22 / 2 = 12",  # ... and the pair with an unknown is the checker's; this one is
         "15 teeth / 30 teeth * 100% = 40%",  # a percent value: not a plain number
         "1 hour + 30 minutes = 90 minutes",  # right once its units are converted

@@ -42,9 +42,8 @@ class JobTrace:
                 attrs["step"] = mark.step
             self.span.add_event(mark.kind, attrs, timestamp=mark.ts_ns)
             if mark.kind in ("backtrack", "cut"):
-                self.boundary_ns = (
-                    mark.ts_ns
-                )  # the next step (resampled, or the answer) starts here
+                # the next step (resampled, or the answer) starts here
+                self.boundary_ns = mark.ts_ns
 
     def _step(self, index: int, end_ns: int, **attrs: object) -> None:
         start = min(self.boundary_ns, end_ns)

@@ -20,10 +20,10 @@ from pipeline.verify.claim_ast import (
     ClaimError,
     ClaimLimits,
     Expr,
-    Neg,
     Num,
     Relation,
     evaluate,
+    literal_value,
 )
 
 _REMAINDER = re.compile(r"^[^.;!?\n]{0,40}\b(?:remain\w*|left\s*over|leftover|remainder)\b", re.I)
@@ -141,21 +141,12 @@ def _rounded(rel: Relation, limits: ClaimLimits) -> bool:
     return _rounded_number(rel, limits)
 
 
-def _literal(expr: Expr) -> Fraction | None:
-    """The value of a number as written, a negative one included (`-0.33` reads as Neg)."""
-    if isinstance(expr, Num):
-        return expr.value
-    if isinstance(expr, Neg) and isinstance(expr.operand, Num):
-        return -expr.operand.value
-    return None
-
-
 def _rounded_number(rel: Relation, limits: ClaimLimits) -> bool:
     """`10 / 3 = 3.33`: a decimal written to k places that the exact value rounds (or cuts)
     to, where no k-place decimal is exact. Models write such steps meaning "about"; a
     contradiction would roll back a right step. Never true for an exactly representable
     value written wrong (`10 / 4 = 2.6` stays false)."""
-    value = _literal(rel.rhs)
+    value = literal_value(rel.rhs)
     if rel.op != "=" or value is None or "." not in rel.text.rsplit("=", 1)[-1]:
         return False
     written = rel.text.rsplit("=", 1)[-1].strip().rstrip(".")

@@ -149,6 +149,16 @@ def power(base: Fraction, exponent: int, limits: ClaimLimits = DEFAULT_LIMITS) -
     return base**exponent
 
 
+def literal_value(expr: Expr) -> Fraction | None:
+    """The value of a number as written, a negative one included (`-0.33` reads as Neg);
+    None for anything else."""
+    if isinstance(expr, Num):
+        return expr.value
+    if isinstance(expr, Neg) and isinstance(expr.operand, Num):
+        return -expr.operand.value
+    return None
+
+
 def evaluate(expr: Expr, limits: ClaimLimits = DEFAULT_LIMITS) -> Fraction | None:
     """The exact value of `expr`, None when it has a variable.
 

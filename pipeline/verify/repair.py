@@ -32,6 +32,7 @@ from pipeline.verify.claim_ast import (
     evaluate,
     expr_variables,
     holds,
+    literal_value,
 )
 from pipeline.verify.prose import FoundClaim, find_claims
 from pipeline.verify.verdicts import number_text
@@ -107,7 +108,7 @@ def find_repair(
     for claim, want, got in false_claims(text, limits):
         rel = claim.relation
         assert rel is not None
-        if rel.op == "=" and not _literal(rel.rhs):
+        if rel.op == "=" and literal_value(rel.rhs) is None:
             # A chain's wrong link: `27 * 5 * 10 = 145 * 10` (27 * 5 is 135, not 145).
             if (found := _rhs_repair(text, claim, want, final, limits)) is not None:
                 return found
@@ -262,10 +263,6 @@ def _solve_for(expr: Expr, index: int, want: Fraction, limits: ClaimLimits) -> F
     return (want - b0) / slope
 
 
-def _literal(expr: Expr) -> bool:
-    return isinstance(expr, Num) or (isinstance(expr, Neg) and isinstance(expr.operand, Num))
-
-
 def _holds_converted(converted, limits: ClaimLimits) -> bool:
     """`1 hour + 30 minutes = 90 minutes` is right with its units converted: no repair."""
     if converted is None:
@@ -300,7 +297,7 @@ def _value_span(text: str, span: tuple[int, int], value: Fraction) -> tuple[int,
 
 def _rounded_like(value: Fraction, old: str) -> str:
     """`value` rounded to two decimals, or to as many as `old` has if more (`10 / 3` ->
-    `3.33`), with more places for a value that would round to zero (`1 / 300` -> `0.0033`), up
+    `3.33`), with more places for a value that would round to zero (`1 / 300` -> `0.003`), up
     to six; thousands commas as `old` has them."""
     written = old.replace(",", "")
     places = max(2, len(written.rsplit(".", 1)[1]) if "." in written else 0)

@@ -44,6 +44,7 @@ from pipeline.verify.claims import (
 from pipeline.verify.grounding import Grounding
 from pipeline.verify.prose import FoundClaim, extract_premises, find_claims, relations
 from pipeline.verify.state_solver import StateSolver
+from pipeline.verify.stated_units import StatedUnits
 from pipeline.verify.unknowns import (
     ARITHMETIC,
     IDENTITY,
@@ -118,6 +119,7 @@ class Checker:
         self._init_state()
         self.grounding = Grounding(problem, premises)
         self.bindings = Bindings(problem)
+        self.units = StatedUnits(problem)
 
     @property
     def num_dropped_claims(self) -> int:
@@ -168,6 +170,7 @@ class Checker:
         self.num_accepted += 1
         try:
             self.grounding.add(step)
+            self.units.add(step)
             self.bindings.accept(step, f"step {self.num_accepted}")
             found = find_claims(step, self.limits, self.answer_var)
             stated = [c for c in found if not c.alternative and c.relation is not None]
@@ -233,6 +236,10 @@ class Checker:
             if r.verdict in (ENTAILED, CONSISTENT):  # a false claim stays contradicted
                 detail = _short(f"{r.text}: {number_text(value)} is not in the problem or before")
                 results[i] = replace(r, verdict=UNGROUNDED, detail=detail)
+        for i, why in self.units.squared(step, found).items():
+            r = results[i]
+            if r.verdict in (ENTAILED, CONSISTENT, UNGROUNDED):  # true numbers, a wrong product
+                results[i] = replace(r, verdict=CONTRADICTED, detail=_short(f"{r.text}: {why}"))
         for mine, old in conflicts:
             detail = _short(f"{mine.text!r} gives {number_text(mine.value)}; {old.source} said "
                             f"{number_text(old.value)}: {old.text!r}")  # fmt: skip

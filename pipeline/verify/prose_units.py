@@ -58,6 +58,12 @@ def units_and_letters(tokens: list[Token]) -> list[Token]:
                 continue
             if out[-1].kind == NUM and _ends_side(out):  # "= 160 minutes": the words stay
                 out[-1].unit = _unit_text(tokens[i : _unit_end(tokens, i + 1)])
+        if _rate_after(tokens, i, out):
+            j = _unit_end(tokens, i + 2)
+            if j < n and tokens[j].kind in (OP, REL, RP, APPROX):
+                out[-1].unit = _unit_text(tokens[i:j])
+                i = j  # "$5 per hour * 8 hours": the rate is the number's unit
+                continue
         letter = t.kind == VAR and t.math not in _VAR_LETTERS and t.math not in operands
         if letter and out and out[-1].kind == NUM:
             nxt = tokens[i + 1] if i + 1 < n else None
@@ -81,6 +87,18 @@ def units_and_letters(tokens: list[Token]) -> list[Token]:
         out.append(t)
         i += 1
     return out
+
+
+def _rate_after(tokens: list[Token], i: int, out: list[Token]) -> bool:
+    """`tokens[i]` starts a rate right after a number with no unit of its own (`$5 per hour`,
+    `$12 an hour`, `3 per day`): a rate word, then a unit word."""
+    t = tokens[i]
+    if t.kind not in (WORD, VAR) or t.math.lower() not in _RATE_WORDS or i + 1 >= len(tokens):
+        return False
+    if not out or out[-1].kind != NUM or out[-1].unit or not is_unit(tokens[i + 1]):
+        return False
+    # "a" and "an" make a rate of a price only: `1/2 a cup` is half a cup
+    return out[-1].dollars or t.math.lower() in ("per", "every")
 
 
 def _operand_letters(tokens: list[Token]) -> set[str]:
@@ -240,7 +258,7 @@ _RATES = {"mph": {"length": 1, "time": -1}, "kph": {"length": 1, "time": -1}}
 _PER = frozenset({"per", "a", "an", "every"})
 
 
-def _unit_dimension(unit: str) -> Dimension | None:
+def unit_dimension(unit: str) -> Dimension | None:
     """`km` {length: 1}; `km/h`, `miles per hour` {length: 1, time: -1}; None: a unit we do not
     know (`apples`), whose dimension cannot be told."""
     unit = unit.strip().lower()
@@ -267,13 +285,24 @@ def _token_dimension(t: Token) -> Dimension | None:
         return None if time is None else {"money": 1, time[0]: -1}
     if t.dollars:
         return None  # "$5 apples": a unit beside the currency we cannot read
-    return _unit_dimension(t.unit)
+    return unit_dimension(t.unit)
 
 
 def side_dimension(side: list[Token]) -> Dimension | None:
     """The dimension of a flat arithmetic side (numbers with units, `+ - * /`); None when it
     cannot be told: a unit we do not know, parentheses or letters, or terms of a sum whose
     dimensions differ."""
+    terms = _term_dimensions(side)
+    if terms is None:
+        return None
+    measured = [d for d in terms if d]
+    if any(d != measured[0] for d in measured[1:]):
+        return None
+    return measured[0] if measured else {}
+
+
+def _term_dimensions(side: list[Token]) -> list[Dimension] | None:
+    """The dimension of each term of a flat sum; None when one cannot be told."""
     terms: list[Dimension] = []
     current: Dimension = {}
     power = 1
@@ -295,18 +324,30 @@ def side_dimension(side: list[Token]) -> Dimension | None:
         elif not (t.kind == OP and t.math == "%"):
             return None
     terms.append(current)
-    dims = [{k: v for k, v in d.items() if v} for d in terms]
-    measured = [d for d in dims if d]
-    if any(d != measured[0] for d in measured[1:]):
-        return None
-    return measured[0] if measured else {}
+    return [{k: v for k, v in d.items() if v} for d in terms]
+
+
+def unlike_terms(side: list[Token]) -> str:
+    """Why a side adds quantities that measure different things, or "": two measured terms
+    in no dimension alike (`5 km + 3 hours`). Terms that share one pass, written loosely as they
+    often are (`3 hours * $10 + $5`)."""
+    measured = [d for d in _term_dimensions(side) or () if d]
+    for k, a in enumerate(measured):
+        b = next((b for b in measured[k + 1 :] if not set(a) & set(b)), None)
+        if b is not None:
+            return f"{_describe(a)} added to {_describe(b)}"
+    return ""
 
 
 def dimension_mismatch(left: list[Token], right: list[Token]) -> str:
-    """Why `left = right` cannot hold for its units, or "": both sides measured, and in no
+    """Why `left = right` cannot hold for its units, or "": a side that adds unlike quantities
+    (`5 km + 3 hours`), or both sides measured, and in no
     dimension alike (`60 km/hr * 2 hours = 120 minutes`: a length is not a time). Sides that
     share a dimension pass, written loosely as they often are (`3 hours * $10 = $30`, a rate
     left implicit), and so does a side without units."""
+    unlike = unlike_terms(left) or unlike_terms(right)
+    if unlike:
+        return unlike
     a, b = side_dimension(left), side_dimension(right)
     if not a or not b or set(a) & set(b):
         return ""

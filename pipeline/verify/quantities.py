@@ -67,6 +67,10 @@ _QUANTITY = re.compile(
     re.VERBOSE,
 )
 _DOLLAR = re.compile(r"[$€£]\s*$")
+# Inline LaTeX math (`$5 \times 5 = 25$`, `$12.5$ cm`): its `$` opens math, it is no currency
+# sign. Math closes on a `$` after a character that is not a space and before no digit
+# (`$5 + $3 = $8` is money: each `$` there comes before a digit; `$5 and $3`: before a space).
+_MATH = re.compile(r"\$(?=[^\s$])[^$\n]*?[^\s$]\$(?!\d)")
 MAX_CONTEXT = 6  # words that lead to a number, at most
 
 
@@ -93,8 +97,14 @@ def quantities(text: str, max_chars: int = 20000) -> tuple[Quantity, ...]:
     return tuple(_quantities(text, max_chars))
 
 
+def _math_openers(text: str) -> set[int]:
+    """Where a `$` opens inline LaTeX math."""
+    return {m.start() for m in _MATH.finditer(text)}
+
+
 def _quantities(text: str, max_chars: int) -> list[Quantity]:
     out: list[Quantity] = []
+    math = _math_openers(text[:max_chars]) if "$" in text else set()
     words: list[str] = []  # the clause so far
     pending: int | None = None  # the quantity whose unit is the next word
     for m in _QUANTITY.finditer(text[:max_chars]):
@@ -123,7 +133,8 @@ def _quantities(text: str, max_chars: int) -> list[Quantity]:
             values = [value / int(den), value, Fraction(int(den))]
         if pct:
             values.append(value / 100)
-        unit = "dollar" if _DOLLAR.search(text[max(0, m.start() - 2) : m.start()]) else ""
+        sign = _DOLLAR.search(text[max(0, m.start() - 2) : m.start()])
+        unit = "dollar" if sign and max(0, m.start() - 2) + sign.start() not in math else ""
         if pct:
             unit = "percent"
         out.append(Quantity(tuple(values), m.span(), unit, tuple(words[-MAX_CONTEXT:])))

@@ -1,6 +1,7 @@
 """The readers issue 36 added never raise and stay bounded in time, whatever the text: the
-quantities of free text, grounding, bindings, named quantities, units, unknowns and the
-readings as meant. Hypothesis draws word-problem-like text and any text."""
+quantities of free text, grounding, bindings, named quantities, units (and the units numbers
+were stated with), unknowns and the readings as meant. Hypothesis draws word-problem-like
+text and any text."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pipeline.verify.claim_ast import DEFAULT_LIMITS
 from pipeline.verify.grounding import Grounding
 from pipeline.verify.prose import find_claims
 from pipeline.verify.quantities import quantities
+from pipeline.verify.stated_units import StatedUnits
 from pipeline.verify.unknowns import KINDS, claim_kind, counterexample
 
 _FUZZ = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -49,13 +51,15 @@ def test_quantities_never_raise(text):
 @_FUZZ
 @given(WORDY, WORDY, WORDY)
 def test_grounding_and_bindings_never_raise(problem, earlier, step):
-    grounding, bindings = Grounding(problem), Bindings(problem)
+    grounding, bindings, units = Grounding(problem), Bindings(problem), StatedUnits(problem)
     grounding.add(earlier)
     bindings.accept(earlier, "step 1")
+    units.add(earlier)
     found = find_claims(step)
     start = time.perf_counter()
     stray = grounding.ungrounded(step, found)
     assert set(stray) <= set(range(len(found)))
+    assert set(units.squared(step, found)) <= set(range(len(found)))
     for mine, old in bindings.conflicts(step):
         assert mine.value != old.value
         assert 0 <= mine.span[0] <= mine.span[1] <= len(step)

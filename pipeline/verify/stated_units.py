@@ -1,0 +1,130 @@
+"""Units carried over from where a number was stated: a bare product of two numbers that were
+each stated as a count of the same thing (`16 * 3 = 48` after "lay 16 eggs per day" and "eats
+three eggs") multiplies eggs by eggs — arithmetic that is true and counts nothing. Dollars by
+dollars, hours by hours, bolts by bolts: the classic trace of a wrong operation on the
+problem's numbers, which no check of the arithmetic sees.
+
+A number's unit comes from the texts that stated it (quantities.py): the problem, with what
+it says bare (`3 times a week`: a number with no unit), and the accepted steps and the step
+itself, with what they say with a unit (`4 containers`). The claim is only judged when both
+operands have one unit each, the same, wherever they were stated: a value stated with two
+units, or bare in the problem, is ambiguous and never judged. Counts are judged as the
+problem states them only, measures (money, time, mass, volume, speed) as any text does.
+Products whose square means something are left alone: lengths where a text speaks of an area
+(`square`, `wide`, `10 ft by 12 ft`, `m²`), percentages, the number 1, and "units" of one
+letter (`4x + y = 13`: a variable).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from fractions import Fraction
+
+from pipeline.verify.claim_ast import BinOp, Expr, Neg, Num, Pow
+from pipeline.verify.found_claim import FoundClaim
+from pipeline.verify.quantities import quantities
+from pipeline.verify.verdicts import number_text
+
+_NOT_COUNTS = frozenset({"", "percent"})
+# A unit followed by what makes it a rate (`16 eggs per day`, `$2 per egg`, `4 pounds of food
+# for every pound`): a rate times its own unit is a count (`4 pounds per pound * 20 pounds`).
+_RATE = re.compile(
+    r"\s*(?:[A-Za-z-]+(?:\s+of\s+[A-Za-z-]+(?:\s+[A-Za-z-]+)?)?\s+)?"
+    r"(?:per|for\s+every|for\s+each|every|each|a|an)\b",
+    re.IGNORECASE,
+)
+# 1 multiplies anything; 2 is the multiplier people write most (double, twice, both, a round
+# trip), whatever else the problem stated as 2.
+_MULTIPLIERS = frozenset({Fraction(1), Fraction(2)})
+# Words that make a quantity times one of its own kind mean something: an area, a grid.
+_AREA = re.compile(
+    r"\b(?:squares?|squared|areas?|wide|width|widths|rectangles?|rectangular|sq|acres?|tiles?"
+    r"|carpet|cubes?|cubic|volume|grid|rows?|columns?)\b|[²³]|\^\s*[23]"
+    r"|\d\s*(?:[a-z]+\s+)?by\s*\d",
+    re.IGNORECASE,
+)
+
+
+class StatedUnits:
+    """Value -> the units it was stated with, so far in a job."""
+
+    def __init__(self, problem: str = "") -> None:
+        self.units: dict[Fraction, set[str]] = {}
+        self.areas = False  # lengths multiply into areas here (a text speaks of one)
+        self._add(problem, bare=True)
+        # Units are judged as the problem states them: a solution's own quantities multiply
+        # legitimately (`15 tiles along * 12 tiles across`, worked out before; `6 * 3 minutes`
+        # where 3 minutes is a rate per minute).
+        self.problem_units = {v: frozenset(u) for v, u in self.units.items()}
+
+    def add(self, text: str) -> None:
+        """A step's numbers count from now on, bare ones too: a value a step worked out (`5 - 1
+        = 4` posters) may coincide with one the problem stated in another sense (`$4`)."""
+        self._add(text, bare=True)
+
+    def _add(self, text: str, *, bare: bool) -> None:
+        self.areas = self.areas or bool(_AREA.search(text))
+        for value, unit in _stated(text, bare):
+            self.units.setdefault(value, set()).add(unit)
+
+    def squared(self, step: str, found: tuple[FoundClaim, ...]) -> dict[int, str]:
+        """Claim index -> why it multiplies a quantity by another of its own unit."""
+        if not found or self.areas or _AREA.search(step):
+            return {}  # `3 trees by 4 trees`, `a square layer of 7 legos * 7 legos`
+        here: dict[Fraction, set[str]] = {}  # the step's own: its units, its results
+        for value, unit in _stated(step, bare=False):
+            here.setdefault(value, set()).add(unit)
+        out: dict[int, str] = {}
+        for i, claim in enumerate(found):
+            if claim.relation is None or claim.alternative:
+                continue
+            for a, b in _products(claim.relation.lhs, claim.relation.rhs):
+                unit = _one_unit(self.units.get(a, set()) | here.get(a, set()))
+                if unit is None or _MULTIPLIERS & {a, b}:
+                    continue
+                if unit != _one_unit(self.units.get(b, set()) | here.get(b, set())):
+                    continue
+                if self.problem_units.get(a) == self.problem_units.get(b) == {unit}:
+                    out[i] = (
+                        f"{number_text(a)} and {number_text(b)} were both stated in {unit}: "
+                        f"{unit} x {unit} counts nothing"
+                    )
+                    break
+            for side in (claim.relation.lhs, claim.relation.rhs):  # worked out in this step
+                if isinstance(side, Num):
+                    here.setdefault(side.value, set()).add("")
+        return out
+
+
+def _stated(text: str, bare: bool) -> Iterator[tuple[Fraction, str]]:
+    """Each number of `text` with its unit (`egg rate` for `16 eggs per day`); bare numbers
+    (unit "") only when asked for."""
+    for q in quantities(text):
+        if q.unit or bare:
+            rate = q.unit and _RATE.match(text, q.span[1])
+            yield q.values[0], q.unit + (" rate" if rate else "")
+
+
+def _one_unit(units: set[str]) -> str | None:
+    """The unit a value was always stated with, when it is a count or a measure whose square
+    means nothing."""
+    if not units or len(units) != 1:
+        return None
+    (unit,) = units
+    if unit in _NOT_COUNTS or len(unit) < 2:  # `4x + y = 13`: a letter is a variable
+        return None
+    return unit
+
+
+def _products(*exprs: Expr) -> Iterator[tuple[Fraction, Fraction]]:
+    """The products of two written numbers in `exprs` (`16 * 3`, inside `(16 * 3) - 4`)."""
+    for expr in exprs:
+        if isinstance(expr, BinOp):
+            if expr.op == "*" and isinstance(expr.left, Num) and isinstance(expr.right, Num):
+                yield expr.left.value, expr.right.value
+            yield from _products(expr.left, expr.right)
+        elif isinstance(expr, Neg):
+            yield from _products(expr.operand)
+        elif isinstance(expr, Pow):
+            yield from _products(expr.base, expr.exponent)

@@ -1,0 +1,117 @@
+"""Units carried over from where the problem stated a number (issue 36, items 1 and 3): a bare
+product of two numbers the problem stated as the same thing (`$40 * $4`, hours by hours) is
+true arithmetic that counts nothing, and is contradicted; what people write right is not."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.verify.checker import CONTRADICTED, ENTAILED, Checker
+from pipeline.verify.prose import find_claims
+from pipeline.verify.quantities import quantities
+from pipeline.verify.stated_units import StatedUnits
+
+GROCERIES = (
+    "Stephen's final bill came to $40.00. They added a 25% fee and charged him $3.00 in "
+    "delivery fees. Stephen also added a $4.00 tip. What was the final price?"
+)
+PING_PONG = (
+    "Mike plays ping pong for 40 minutes. In the first 20 minutes, he scores 4 points. In the "
+    "second 20 minutes, he scores 25% more points. How many total points did he score?"
+)
+CUSTOMERS = (
+    "Billy has 8 customers on Tuesday. His first 3 customers buy one DVD each. His next 2 "
+    "customers buy 2 DVDs each. How many DVDs did Billy sell?"
+)
+
+
+@pytest.mark.parametrize(
+    ("problem", "step", "numbers"),
+    [
+        (GROCERIES, "To begin, 40 × 4 = 160.", "40 and 4 were both stated in dollar"),
+        (PING_PONG, "To begin, 40 × 20 = 800. Then 800 + 25 = 825.", "40 and 20"),
+        (CUSTOMERS, "Let me start: 8 * 3 = 24.", "8 and 3 were both stated in customer"),
+        (GROCERIES, "Step by step:\n- $40 \\times 3 = 120$", "40 and 3"),  # LaTeX math
+    ],
+)
+def test_a_product_of_two_quantities_of_one_unit_is_contradicted(problem, step, numbers):
+    v = Checker((), problem).check(step)
+    assert v.verdict == CONTRADICTED
+    assert numbers in v.claims[0].detail and "counts nothing" in v.claims[0].detail
+
+
+@pytest.mark.parametrize(
+    ("problem", "step"),
+    [
+        # one operand stated in two senses, or bare ("3 times a week"): ambiguous
+        ("James runs 3 sprints 3 times a week. He runs 60 meters each sprint.", "3 * 3 = 9"),
+        ("Each carton costs $4. She needs 4 cartons.", "So 4 * 4 = $16."),
+        # 2 and 1 multiply anything (double, twice, a round trip)
+        ("Robi saved $2 in January and doubles it each month; $16 in April.", "16 * 2 = $32"),
+        # a rate times its own unit
+        ("Her dog eats 4 pounds of food for every pound Ella eats. Ella eats 20 pounds.",
+         "The dog eats 4 * 20 = 80 pounds."),
+        # where a text speaks of an area or a grid, like by like means something
+        ("John plants a plot of 3 trees by 4 trees. Each tree gives 5 apples.", "3*4=12 trees"),
+        ("A square room is 12 feet on each side and 12 feet high.", "12 * 12 = 144"),
+        # units a step states are its own: worked-out counts multiply legitimately
+        ("How many 30 cm tiles cover a floor of 4.5 m by 3.6 m?", "15 * 12 = 180 tiles"),
+        ("A farmer has 5 cows and 7 hens.", "5 * 7 = 35"),  # unlike units
+        ("4x + y = 13 and 2x + y = 9.", "4 * 2 = 8"),  # letters are variables
+    ],
+)  # fmt: skip
+def test_products_that_mean_something_are_judged_on_their_numbers(problem, step):
+    v = Checker((), problem).check(step)
+    assert v.verdict != CONTRADICTED, v.detail
+    assert all(c.kind == "arithmetic" and "counts nothing" not in c.detail for c in v.claims)
+
+
+def test_a_value_worked_out_before_is_not_the_problem_s_quantity():
+    problem = "Sandwiches are $5 each. Snacks are $4 each. Theo buys for 2 + 2 people."
+    checker = Checker((), problem)
+    checker.accept("They are 2 + 2 = 4 people.")
+    assert checker.check("The sandwiches are $5 x 4 = $20.").verdict == ENTAILED
+    # inside one step too
+    step = "There are 2 + 2 = 4 people, so the sandwiches are 5 x 4 = $20."
+    assert Checker((), problem).check(step).verdict == ENTAILED
+
+
+def test_stated_units_reads_the_problem_and_the_steps():
+    units = StatedUnits("Janet's ducks lay 16 eggs per day. She sells them at $2 per egg.")
+    assert units.units[16] == {"egg rate"} and units.units[2] == {"dollar rate"}
+    units.add("She sells 9 eggs.")
+    assert units.units[9] == {"egg"}
+    found = find_claims("So 9 * 9 = 81.")
+    assert units.squared("So 9 * 9 = 81.", found) == {}  # 9 was never stated by the problem
+
+
+def test_latex_math_dollars_are_no_currency():
+    assert [q.unit for q in quantities("Let me start: $5 \\times 5 = 25$.")] == ["", "", ""]
+    assert [q.unit for q in quantities("length $12.5$ cm and width $8$ cm")] == ["cm", "cm"]
+    assert [q.unit for q in quantities("She pays $5 + $3 = $8 in all")] == ["dollar"] * 3
+    assert [q.unit for q in quantities("It costs $4 and $5.")] == ["dollar"] * 2
+
+
+# -- units written in the claim itself ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("step", "verdict"),
+    [
+        ("He earns $5 per hour * 8 hours = $40.", ENTAILED),
+        ("He earns $12 an hour * 3 hours = $36.", ENTAILED),
+        ("He earns $5 per hour * 8 hours = 40 hours.", CONTRADICTED),
+        ("So 5 km + 3 hours = 8 km.", CONTRADICTED),
+        ("So 5 km + 3 km = 8 km.", ENTAILED),
+        ("So 3 hours * $10 + $5 = $35", ENTAILED),  # terms that share money: loose, not wrong
+    ],
+)
+def test_rates_and_sums_with_units_in_the_claim(step, verdict):
+    v = Checker().check(step)
+    assert v.verdict == verdict
+    if verdict == CONTRADICTED:
+        assert "units do not match" in v.detail
+
+
+def test_half_a_cup_is_no_rate():
+    assert [c.relation for c in find_claims("1/2 a cup = 4 ounces") if c.relation] == []

@@ -258,7 +258,7 @@ _RATES = {"mph": {"length": 1, "time": -1}, "kph": {"length": 1, "time": -1}}
 _PER = frozenset({"per", "a", "an", "every"})
 
 
-def unit_dimension(unit: str) -> Dimension | None:
+def _unit_dimension(unit: str) -> Dimension | None:
     """`km` {length: 1}; `km/h`, `miles per hour` {length: 1, time: -1}; None: a unit we do not
     know (`apples`), whose dimension cannot be told."""
     unit = unit.strip().lower()
@@ -285,7 +285,7 @@ def _token_dimension(t: Token) -> Dimension | None:
         return None if time is None else {"money": 1, time[0]: -1}
     if t.dollars:
         return None  # "$5 apples": a unit beside the currency we cannot read
-    return unit_dimension(t.unit)
+    return _unit_dimension(t.unit)
 
 
 def side_dimension(side: list[Token]) -> Dimension | None:

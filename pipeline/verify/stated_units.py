@@ -1,18 +1,17 @@
-"""Units carried over from where a number was stated: a bare product of two numbers that were
-each stated as a count of the same thing (`16 * 3 = 48` after "lay 16 eggs per day" and "eats
-three eggs") multiplies eggs by eggs — arithmetic that is true and counts nothing. Dollars by
-dollars, hours by hours, bolts by bolts: the classic trace of a wrong operation on the
+"""Units carried over from where the problem stated a number: a bare product of two numbers
+the problem stated in the same unit (`40 × 4 = 160` after "a final bill of $40.00" and "a $4.00
+tip") multiplies dollars by dollars — arithmetic that is true and counts nothing. Minutes by
+minutes, customers by customers, bolts by bolts: the classic trace of a wrong operation on the
 problem's numbers, which no check of the arithmetic sees.
 
-A number's unit comes from the texts that stated it (quantities.py): the problem, with what
-it says bare (`3 times a week`: a number with no unit), and the accepted steps and the step
-itself, with what they say with a unit (`4 containers`). The claim is only judged when both
-operands have one unit each, the same, wherever they were stated: a value stated with two
-units, or bare in the problem, is ambiguous and never judged. Counts are judged as the
-problem states them only, measures (money, time, mass, volume, speed) as any text does.
-Products whose square means something are left alone: lengths where a text speaks of an area
-(`square`, `wide`, `10 ft by 12 ft`, `m²`), percentages, the number 1, and "units" of one
-letter (`4x + y = 13`: a variable).
+A number's unit is the one the problem stated it with (quantities.py; `16 eggs per day` is an
+egg *rate*, `$2 per egg` a dollar rate). The claim is judged only when every text agrees:
+both operands stated by the problem in that one unit, and in no other sense anywhere — not
+bare in the problem (`3 times a week`), not with another unit or as a worked-out result in an
+earlier step or this one (`2 + 2 = 4 people` then `$5 x 4`). Never judged: 1 and 2 (the
+multipliers people write most), units of one letter (`4x + y = 13`: a variable), percentages,
+and any product in a job whose texts speak of an area or a grid (`square`, `wide`, `10 ft by
+12 ft`, `rows`, `tiles`, `m²`), where like by like means something.
 """
 
 from __future__ import annotations
@@ -51,7 +50,7 @@ class StatedUnits:
 
     def __init__(self, problem: str = "") -> None:
         self.units: dict[Fraction, set[str]] = {}
-        self.areas = False  # lengths multiply into areas here (a text speaks of one)
+        self.areas = False  # a text speaks of an area or a grid: like by like means something
         self._add(problem, bare=True)
         # Units are judged as the problem states them: a solution's own quantities multiply
         # legitimately (`15 tiles along * 12 tiles across`, worked out before; `6 * 3 minutes`

@@ -69,8 +69,13 @@ class StatedUnits:
 
     def squared(self, step: str, found: tuple[FoundClaim, ...]) -> dict[int, str]:
         """Claim index -> why it multiplies a quantity by another of its own unit."""
-        if not found or self.areas or _AREA.search(step):
-            return {}  # `3 trees by 4 trees`, `a square layer of 7 legos * 7 legos`
+        products = [
+            list(_products(c.relation.lhs, c.relation.rhs))
+            if c.relation is not None and not c.alternative else []
+            for c in found
+        ]  # fmt: skip
+        if not any(products) or self.areas or _AREA.search(step):
+            return {}  # most steps: no product of two written numbers; or an area, a grid
         here: dict[Fraction, set[str]] = {}  # the step's own: its units, its results
         for value, unit in _stated(step, bare=False):
             here.setdefault(value, set()).add(unit)
@@ -78,7 +83,7 @@ class StatedUnits:
         for i, claim in enumerate(found):
             if claim.relation is None or claim.alternative:
                 continue
-            for a, b in _products(claim.relation.lhs, claim.relation.rhs):
+            for a, b in products[i]:
                 unit = _one_unit(self.units.get(a, set()) | here.get(a, set()))
                 if unit is None or _MULTIPLIERS & {a, b}:
                     continue

@@ -33,5 +33,5 @@ verdicts: entailed (implied by the problem, premises and earlier steps), contrad
 (refuted), consistent (neither), no_claim (nothing checkable), unknown (unreadable piece,
 limit or solver timeout; `reason` says which), ungrounded (not refuted, but computes with a
 number found nowhere in the problem or the earlier steps). Each claim says how it was checked
-(`kind`: arithmetic, identity, equation, solution, binding). docs/verification.md says more.
+(`kind`: arithmetic, identity, equation, solution, binding, quote). docs/verification.md says more.
 """

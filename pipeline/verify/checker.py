@@ -13,7 +13,9 @@ Z3), an identity (must hold for every value), an equation or a solution (against
 relation whose units mix scales holds if it holds as written or with its units converted.
 Beside the claims, the job's numbers are grounded (grounding.py: a number found nowhere in
 the problem or the earlier steps is `ungrounded`, never a contradiction) and its named
-quantities bound once (bindings.py: a second value for one is contradicted, with both spans).
+quantities bound once (bindings.py: a second value for one is contradicted, with both spans);
+a restatement of the problem that changes one of its numbers or turns a word into its opposite
+is contradicted (quotes.py, kind `quote`, with the problem's span).
 
 A claim asserts that its divisions are defined: dividing by a constant zero makes it false
 (contradicted, detail "division by zero"), and `a / d` with a symbolic `d` adds `d != 0` to
@@ -43,6 +45,7 @@ from pipeline.verify.claims import (
 )
 from pipeline.verify.grounding import Grounding
 from pipeline.verify.prose import FoundClaim, extract_premises, find_claims, relations
+from pipeline.verify.quotes import Quotes
 from pipeline.verify.state_solver import StateSolver
 from pipeline.verify.stated_units import StatedUnits
 from pipeline.verify.unknowns import (
@@ -120,6 +123,7 @@ class Checker:
         self.grounding = Grounding(problem, premises)
         self.bindings = Bindings(problem)
         self.units = StatedUnits(problem)
+        self.quotes = Quotes(problem)
 
     @property
     def num_dropped_claims(self) -> int:
@@ -194,10 +198,18 @@ class Checker:
     def _check(self, step: str) -> StepVerdict:
         deadline = time.monotonic() + self.timeout_ms / 1000
         found = find_claims(step, self.limits, self.answer_var)
-        conflicts = self.bindings.conflicts(step) if len(step) <= self.limits.max_step_chars else []
-        if not found and not conflicts:
+        short = len(step) <= self.limits.max_step_chars
+        conflicts = self.bindings.conflicts(step) if short else []
+        # A quote's changed number that a binding already reports (`One pair of pants costs
+        # $16`) is said once, as the binding.
+        bound = [mine.span for mine, _ in conflicts]
+        misquotes = [
+            m for m in (self.quotes.misquotes(step) if short else [])
+            if not any(m.span[0] < b and a < m.span[1] for a, b in bound)
+        ]  # fmt: skip
+        if not found and not conflicts and not misquotes:
             return StepVerdict(NO_CLAIM)
-        n = len(found) + len(conflicts)
+        n = len(found) + len(conflicts) + len(misquotes)
         kinds = self._kinds(found)
         results: list[ClaimVerdict] = []
         context: list[Relation] = []  # the step's earlier claims with variables, not refuted
@@ -245,6 +257,9 @@ class Checker:
                             f"{number_text(old.value)}: {old.text!r}")  # fmt: skip
             results.append(ClaimVerdict(mine.text, mine.span, CONTRADICTED, "", detail, "binding",
                                         old.source, old.span))  # fmt: skip
+        for m in misquotes:
+            results.append(ClaimVerdict(m.text, m.span, CONTRADICTED, "", _short(m.detail), "quote",
+                                        "the problem", m.source_span))  # fmt: skip
         results.sort(key=lambda r: r.span)
         return _step_verdict(tuple(results), n)
 

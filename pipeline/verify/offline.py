@@ -80,7 +80,7 @@ def verdict_json(v: StepVerdict) -> dict[str, Any]:
 def _claim_json(c: ClaimVerdict) -> dict[str, Any]:
     out = {"text": c.text, "span": list(c.span), "verdict": c.verdict, "reason": c.reason,
            "kind": c.kind, "detail": c.detail}  # fmt: skip
-    if c.earlier_span is not None:  # a binding: the other statement of the quantity
+    if c.earlier_span is not None:  # a binding's other statement, a quote's source
         out["earlier"] = {"source": c.earlier_source, "span": list(c.earlier_span)}
     return out
 

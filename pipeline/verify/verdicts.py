@@ -35,10 +35,12 @@ class ClaimVerdict:
     verdict: str
     reason: str = ""
     detail: str = ""
-    # How it was checked: arithmetic | identity | equation | solution (unknowns.py), or binding
-    # (a quantity given a second value, bindings.py).
+    # How it was checked: arithmetic | identity | equation | solution (unknowns.py), binding
+    # (a quantity given a second value, bindings.py) or quote (the problem restated wrong,
+    # quotes.py).
     kind: str = ""
-    # A binding's other statement: where ("the problem", "step 2") and its span there.
+    # A binding's other statement, or a quote's sentence of the problem: where ("the problem",
+    # "step 2") and its span there.
     earlier_source: str = ""
     earlier_span: tuple[int, int] | None = None
 

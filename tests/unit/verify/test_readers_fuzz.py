@@ -1,7 +1,7 @@
 """The readers issue 36 added never raise and stay bounded in time, whatever the text: the
 quantities of free text, grounding, bindings, named quantities, units (and the units numbers
-were stated with), unknowns and the readings as meant. Hypothesis draws word-problem-like
-text and any text."""
+were stated with), quotes of the problem, unknowns and the readings as meant. Hypothesis draws
+word-problem-like text and any text."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from pipeline.verify.claim_ast import DEFAULT_LIMITS
 from pipeline.verify.grounding import Grounding
 from pipeline.verify.prose import find_claims
 from pipeline.verify.quantities import quantities
+from pipeline.verify.quotes import Quotes
 from pipeline.verify.stated_units import StatedUnits
 from pipeline.verify.unknowns import KINDS, claim_kind, counterexample
 
@@ -79,7 +80,7 @@ def test_the_checker_never_raises_on_word_problems(problem, accepted, step):
     assert result.verdict in VERDICTS
     for claim in result.claims:
         assert claim.verdict in VERDICTS
-        assert claim.kind in (*KINDS, "binding", "")
+        assert claim.kind in (*KINDS, "binding", "quote", "")
 
 
 @_FUZZ
@@ -108,3 +109,16 @@ def test_hostile_word_problems_stay_bounded():
         start = time.perf_counter()
         Checker((), text[:5000]).check(text)
         assert time.perf_counter() - start < 2.0, text[:40]
+
+
+@_FUZZ
+@given(WORDY, st.data())
+def test_quotes_never_raise_on_the_problem_edited(problem, data):
+    """A step that is the problem with pieces cut, changed or put in: spans stay in bounds."""
+    cut = data.draw(st.integers(0, len(problem)))
+    step = problem[:cut] + data.draw(WORDY) + problem[data.draw(st.integers(cut, len(problem))) :]
+    start = time.perf_counter()
+    for m in Quotes(problem).misquotes(step):
+        assert step[m.span[0] : m.span[1]] == m.text
+        assert problem[m.source_span[0] : m.source_span[1]] == m.source_text
+    assert time.perf_counter() - start < 1.0

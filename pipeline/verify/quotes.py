@@ -12,7 +12,8 @@ the step's sentence ends there (`... sell for $1.`: the rest cut off). It errs t
 a value the problem states anywhere with the same two words before it, a percentage read as
 its fraction (`20%` and `0.2`), or a step sentence that matches two problem sentences equally
 well is never judged. A swapped word is judged only when it is the one difference at its place
-and both words are of one small set of opposites (more / fewer / less, first / second ...).
+and both words are of one small set of opposites (more / fewer / less, first / second ...) or
+of parts a problem tells apart (morning / afternoon, Monday / Tuesday, boys / girls).
 """
 
 from __future__ import annotations
@@ -74,6 +75,13 @@ _OPPOSITES = (
     frozenset({"buys", "sells"}),
     frozenset({"bought", "sold"}),
     frozenset({"first", "second", "third", "fourth", "fifth", "last"}),
+    # which of the problem's parts a sentence is about: a quote that names another part
+    # (`In the morning, she gives her chickens another 25 cups` for the afternoon's 25 cups)
+    frozenset({"morning", "afternoon", "evening", "night"}),
+    frozenset({"monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"}),
+    frozenset({"boys", "girls"}),
+    frozenset({"men", "women"}),
+    frozenset({"adults", "children", "kids"}),
 )
 
 

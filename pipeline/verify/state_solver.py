@@ -5,6 +5,12 @@ Linear queries use one incremental SMT solver holding S (push/pop per query). No
 use Z3's `qfnra-nlsat` over S, rebuilt after each change: the SMT core's nonlinear engines were
 measured to overrun a 200 ms timeout by seconds, nlsat stops close to it. A Z3 context is made
 only when a variable first appears.
+
+While S is only linear equations (`x = (3 + 8 + 9) / 4`, the question premise of most arithmetic
+jobs; `2x + 3 = 11`; `x + y = 10, x - y = 2`), it stays out of Z3 (linear_system.py solves it
+exactly): a claim whose variables S fixes is true or false by exact arithmetic, the verdict Z3
+would give, without building a term. The first relation of another shape, or a claim with a
+variable S leaves free, hands S to Z3 whole.
 """
 
 from __future__ import annotations
@@ -13,8 +19,10 @@ import time
 
 import z3
 
-from pipeline.verify.claims import ClaimError, ClaimLimits, Relation
+from pipeline.verify.claim_ast import Num, expr_variables, holds, substitute
+from pipeline.verify.claims import ClaimError, ClaimLimits, Relation, evaluate
 from pipeline.verify.found_claim import LIMIT
+from pipeline.verify.linear_system import LinearSystem
 from pipeline.verify.verdicts import (
     CONSISTENT,
     CONTRADICTED,
@@ -44,22 +52,68 @@ class StateSolver:
         # True/False once known; None when S changed since the last satisfiability check.
         self.sat: bool | None = True
         self.constrained: set[str] = set()  # the variables S says something about
+        # S while it is only linear equations (see the module's docstring), and the relations
+        # not yet given to Z3; None once Z3 holds S.
+        self.linear: LinearSystem | None = LinearSystem(limits)
+        self._pending: list[Relation] = []
 
     def add(self, rels: list[Relation]) -> None:
         """Add `rels` to S; one that would make S nonlinear with large numbers is dropped."""
-        solver = self._ensure_solver()
         for rel in rels:
-            formula, build = self.to_z3([rel])
-            is_linear = self._linear and not build.is_nonlinear
-            bits = max(self._bits, build.max_bits)
-            if not is_linear and bits > self.limits.max_nonlinear_bits:
-                self.num_dropped_claims += 1
+            if self.linear is not None and self.linear.add(rel):
+                self._pending.append(rel)
+                self.constrained |= expr_variables(rel.lhs) | expr_variables(rel.rhs)
+                if not self.linear.consistent:
+                    self.sat = False
                 continue
-            solver.add(formula)
-            self._linear, self._bits = is_linear, bits
-            self.constrained |= build.names
-        self._nl_solver = None
-        self.sat = None
+            self._hand_to_z3()
+            self._assert(rel)
+        if self.linear is None:
+            self._nl_solver = None
+            self.sat = None
+
+    def _hand_to_z3(self) -> None:
+        """S becomes Z3's from here on: the values held so far are asserted."""
+        if self.linear is None:
+            return
+        self.linear = None
+        pending, self._pending = self._pending, []
+        for rel in pending:
+            self._assert(rel)
+
+    def _assert(self, rel: Relation) -> None:
+        solver = self._ensure_solver()
+        formula, build = self.to_z3([rel])
+        is_linear = self._linear and not build.is_nonlinear
+        bits = max(self._bits, build.max_bits)
+        if not is_linear and bits > self.limits.max_nonlinear_bits:
+            self.num_dropped_claims += 1
+            return
+        solver.add(formula)
+        self._linear, self._bits = is_linear, bits
+        self.constrained |= build.names
+
+    def _exact(self, claims: list[Relation]) -> bool | None:
+        """Whether every claim holds given the values S fixes; None when one has a variable S
+        does not fix, or is past the limits of exact arithmetic."""
+        assert self.linear is not None
+        fixed = self.linear.values
+        values = {name: Num(value) for name, value in fixed.items()}
+        for rel in claims:
+            if not expr_variables(rel.lhs) | expr_variables(rel.rhs) <= fixed.keys():
+                return None
+            try:
+                lhs = evaluate(substitute(rel.lhs, values), self.limits)
+                rhs = evaluate(substitute(rel.rhs, values), self.limits)
+            except ClaimError:
+                return None
+            except ZeroDivisionError:
+                return False  # a claim asserts that its divisions are defined
+            if lhs is None or rhs is None:
+                return None
+            if not holds(lhs, rel.op, rhs):
+                return False
+        return True
 
     def is_sat(self, deadline: float) -> bool | None:
         """Whether S is sat; None when Z3 cannot tell in time."""
@@ -73,6 +127,15 @@ class StateSolver:
     ) -> StepVerdict:
         """S ∧ C unsat -> contradicted; S ∧ ¬C unsat -> entailed; else consistent (with the
         step's earlier claims `context` on both sides)."""
+        if self.linear is not None and not context and (exact := self._exact(claims)) is not None:
+            if self.sat is False:
+                return self.unknown_state(deadline, n)
+            if exact:
+                return StepVerdict(ENTAILED, "", "", n)
+            texts = ", ".join(rel.text for rel in claims)
+            detail = f"{texts} is refuted by the premises and accepted steps"
+            return StepVerdict(CONTRADICTED, "", _short(detail), n)
+        self._hand_to_z3()
         try:
             claim, build = self.to_z3(claims)
             if context:  # what the step said before this claim ("let x = 5, so 2x = 10")
@@ -145,6 +208,7 @@ class StateSolver:
     def solve(
         self, extra: z3.BoolRef | None, is_linear: bool, deadline: float
     ) -> z3.CheckSatResult:
+        self._hand_to_z3()
         remaining_ms = int((deadline - time.monotonic()) * 1000)
         if remaining_ms <= 0:
             return z3.unknown

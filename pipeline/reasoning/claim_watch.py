@@ -20,7 +20,9 @@ for a claim with no unknowns whose value its left side refutes. Then:
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 
 from pipeline.engine.sequence import Sequence
 from pipeline.toolcalls import before_calls
@@ -69,9 +71,17 @@ class ClaimWatch:
     """The claims of one sequence as they are written (the driver calls `scan` after each
     engine step): repaired when `repair`, else the first false one handed back."""
 
-    def __init__(self, engine, seq: Sequence, max_repairs: int, repair: bool = True) -> None:
+    def __init__(
+        self,
+        engine,
+        seq: Sequence,
+        max_repairs: int,
+        repair: bool = True,
+        values: Mapping[str, Fraction] | None = None,
+    ) -> None:
         self.engine, self.seq, self.max_repairs = engine, seq, max_repairs
         self.repair = repair
+        self.values = values  # what the problem's equations fix (repair.problem_values)
         self.marks: list[RepairMark] = []
         self.num_refused = 0
         # (segment start, where its closed expression ends, final) already read: each once.
@@ -104,7 +114,7 @@ class ClaimWatch:
     ) -> tuple[RepairMark, int] | FalseClaim | None:
         if not self._worth_reading(start, text, final):
             return None
-        repair = find_repair(text, final=final) if self._repairing else None
+        repair = find_repair(text, final=final, values=self.values) if self._repairing else None
         if repair is not None and (made := self._make(start, text, repair, index)):
             return made
         # A completed step's false claims are its verdict's (the driver's fast verdict);

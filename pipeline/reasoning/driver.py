@@ -9,7 +9,9 @@ to send, notes to stream — goes back to the caller, who owns the verifier and 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import replace
+from fractions import Fraction
 
 from pipeline.engine import Engine, Request, SamplingParams
 from pipeline.engine.grammar import handover
@@ -41,7 +43,15 @@ GUIDED_ANSWER_TOKENS = 256
 
 
 class ReasoningDriver:
-    def __init__(self, engine: Engine, seq: Sequence, config: ReasoningConfig) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        seq: Sequence,
+        config: ReasoningConfig,
+        values: Mapping[str, Fraction] | None = None,
+    ) -> None:
+        """`values`: the variables the job's problem fixes by its own equations, which verify
+        mode `repair` may put right (`x = 7` -> `x = 4` for `Solve 2x + 3 = 11`)."""
         self.engine = engine
         self.seq = seq
         self.reasoner = Reasoner(config, seq.seed, prompt_len=seq.num_prompt_tokens)
@@ -65,7 +75,9 @@ class ReasoningDriver:
         # values; with fast verdicts, a false claim is rolled back before its step ends.
         repair = config.verify == "repair"
         watching = repair or (config.verify != "off" and config.fast_verdicts)
-        self.watch = ClaimWatch(engine, seq, config.max_repairs, repair) if watching else None
+        self.watch = (
+            ClaimWatch(engine, seq, config.max_repairs, repair, values) if watching else None
+        )
         # What it did to the sequence that no Note says (forced answers, early exits), for a
         # traced job's spans: None (nothing kept) unless the job is traced.
         self.marks: list[tuple[str, dict]] | None = None

@@ -14,7 +14,9 @@ verifier (Celery, or a local process pool) and the event stream.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 
 from pipeline import schema
 from pipeline.budget import Deadline, JobBudget, Pace, job_budget
@@ -104,10 +106,18 @@ class ReasoningLoop:
         self._stepped_at: float | None = None
         self.deadline_cuts: dict[str, int] = {}  # jobs a deadline cut, per SLO class
 
-    def start(self, job_id: str, seq: Sequence, config: ReasoningConfig, **job) -> ReasoningJob:
-        """A job whose sequence is in the engine, reasoning under `config`; `job`: the other
-        fields of its ReasoningJob (params, stamped, ...)."""
-        return ReasoningJob(job_id, ReasoningDriver(self.engine, seq, config), **job)
+    def start(
+        self,
+        job_id: str,
+        seq: Sequence,
+        config: ReasoningConfig,
+        values: Mapping[str, Fraction] | None = None,
+        **job,
+    ) -> ReasoningJob:
+        """A job whose sequence is in the engine, reasoning under `config`; `values`: what its
+        problem's equations fix (for repairs); `job`: the other fields of its ReasoningJob
+        (params, stamped, ...)."""
+        return ReasoningJob(job_id, ReasoningDriver(self.engine, seq, config, values), **job)
 
     def step(self) -> int:
         """One engine step if anything can run; the batch it stepped (0: none)."""

@@ -6,8 +6,9 @@ closed (`88 * 40 = 3120` followed by a word, a comma, a sentence's end, `$`, `\\
 when the claim has no unknowns and its left side computes another value, the wrong value is
 replaced by the right one (`3120` -> `3520`; one with no finite decimal rounded as people
 write it, `7 / 3 = 2` -> `2.33`) and the model goes on from there. Only what this module can
-compute exactly is repaired; everything else (unknowns, contradictions with earlier
-steps, relations) is left to the checker's verdict and its rollback.
+compute exactly is repaired: claims with no unknowns, and claims on unknowns the problem's own
+equations fix (`Solve 2x + 3 = 11.`, then `x = 7` -> `x = 4`); everything else (other unknowns,
+contradictions with earlier steps, relations) is left to the checker's verdict and rollback.
 
 Pure logic: no engine, no tokens. `find_repair` reads text; decode maps its span to tokens.
 """
@@ -15,7 +16,7 @@ Pure logic: no engine, no tokens. `find_repair` reads text; decode maps its span
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -33,8 +34,11 @@ from pipeline.verify.claim_ast import (
     expr_variables,
     holds,
     literal_value,
+    substitute,
 )
-from pipeline.verify.prose import FoundClaim, find_claims
+from pipeline.verify.claims import Relation
+from pipeline.verify.linear_system import LinearSystem
+from pipeline.verify.prose import FoundClaim, find_claims, relations
 from pipeline.verify.verdicts import number_text
 
 # A number as written: optional sign, digits with thousands commas, decimals.
@@ -75,17 +79,22 @@ def closed_at(text: str, end: int) -> bool:
 
 
 def false_claims(
-    text: str, limits: ClaimLimits = DEFAULT_LIMITS
+    text: str, limits: ClaimLimits = DEFAULT_LIMITS, values: Mapping[str, Fraction] | None = None
 ) -> Iterator[tuple[FoundClaim, Fraction, Fraction]]:
     """The claims of `text` with no unknowns that are false whatever the state: (claim, its
-    left side's value, its right side's), in order. Rounded values as meant, claims right with
-    their units converted and alternatives are not false."""
+    left side's value, its right side's), in order; with `values` (what the problem's equations
+    fix, `problem_values`), also the claims on those variables only (`x = 7` when x is 4).
+    Rounded values as meant, claims right with their units converted and alternatives are not
+    false."""
     for claim in find_claims(text, limits):
         rel = claim.relation
         if rel is None or claim.alternative:
             continue
-        if expr_variables(rel.lhs) or expr_variables(rel.rhs):
-            continue
+        if names := expr_variables(rel.lhs) | expr_variables(rel.rhs):
+            if not values or not names <= values.keys():
+                continue
+            fixed = {name: Num(values[name]) for name in names}
+            rel = Relation(substitute(rel.lhs, fixed), rel.op, substitute(rel.rhs, fixed), rel.text)
         try:
             lhs, rhs = evaluate(rel.lhs, limits), evaluate(rel.rhs, limits)
         except (ClaimError, ZeroDivisionError):
@@ -100,15 +109,22 @@ def false_claims(
 
 
 def find_repair(
-    text: str, *, final: bool = False, limits: ClaimLimits = DEFAULT_LIMITS
+    text: str,
+    *,
+    final: bool = False,
+    limits: ClaimLimits = DEFAULT_LIMITS,
+    values: Mapping[str, Fraction] | None = None,
 ) -> Repair | None:
     """The first wrong value in `text` a repair can put right: a claim `lhs = value` with no
-    unknowns whose `lhs` computes exactly to another value written as a decimal. With `final`
-    false (the text is still being written) only values that are closed count."""
-    for claim, want, got in false_claims(text, limits):
+    unknowns (or only unknowns `values` fixes: `x = 7` -> `x = 4`, `3x = 10` -> `3x = 12`)
+    whose `lhs` computes exactly to another value written as a decimal. With `final` false (the
+    text is still being written) only values that are closed count."""
+    for claim, want, got in false_claims(text, limits, values):
         rel = claim.relation
         assert rel is not None
         if rel.op == "=" and literal_value(rel.rhs) is None:
+            if expr_variables(rel.lhs) or expr_variables(rel.rhs):
+                continue  # `x = 10 - y` wrong: which number is, the equation does not say
             # A chain's wrong link: `27 * 5 * 10 = 145 * 10` (27 * 5 is 135, not 145).
             if (found := _rhs_repair(text, claim, want, final, limits)) is not None:
                 return found
@@ -125,6 +141,19 @@ def find_repair(
         start, end = claim.span
         return Repair(span, old, new, text[start:end])
     return None
+
+
+def problem_values(
+    problem: str, premises: Sequence[str] = (), limits: ClaimLimits = DEFAULT_LIMITS
+) -> dict[str, Fraction]:
+    """The variables the problem's own equations fix (`Solve 2x + 3 = 11.` -> x = 4; a 2x2
+    system -> both): a claim on them has a value a repair can compute. A question's implied
+    answer (`Compute 7 * 8.`) fixes nothing here: a solution names its own unknowns."""
+    system = LinearSystem(limits)
+    for text in (problem[: limits.max_step_chars], *premises):
+        for rel in relations(find_claims(text, limits)):
+            system.add(rel)
+    return dict(system.values) if system.consistent else {}
 
 
 def closed_false_claim(

@@ -13,6 +13,7 @@ from pipeline.evals.verified import generate_verified
 from pipeline.models.resolve import resolve_model
 from pipeline.reasoning.claim_watch import ClaimWatch, FalseClaim
 from pipeline.schema import ClaimInfo, JobParams
+from pipeline.verify.repair import problem_values
 
 PROMPT = "Q: Compute (7 + 8) * 3 - 5.\n"
 SCRIPTED = {"fast_verdicts": False}  # every verdict is the scripted verifier's
@@ -157,6 +158,28 @@ def test_a_wrong_value_is_replaced_and_the_model_goes_on(engines, model, text, o
         engine.step()
     assert seq.num_tokens > n  # sampling goes on after the repaired value
     assert engine.tokenizer.decode(seq.output_token_ids).startswith(before[:cut] + new)
+    engine.abort(seq.request_id)
+
+
+@pytest.mark.parametrize(
+    ("model", "text", "old", "new"),
+    [
+        ("r1-reasoner", "\n\nSo x = 7. Then", "7", "4"),
+        ("r1-reasoner", "\n\nWhich means $2x = 10$.", "10", "8"),
+        ("smollm2", "\nSo 2x = 10, and", "10", "8"),
+    ],
+)
+def test_a_wrong_value_of_an_unknown_the_problem_fixes_is_replaced(engines, model, text, old, new):
+    """`Solve 2x + 3 = 11.`: the problem fixes x = 4, so `x = 7` has a value to put in."""
+    engine = engines(model)
+    seq = written(engine, text, f"r-{model}-x-{old}")
+    before = engine.tokenizer.decode(seq.output_token_ids)
+    assert ClaimWatch(engine, seq, 8).scan(seq.num_prompt_tokens, 0) is None  # nothing fixed
+    watch = ClaimWatch(engine, seq, 8, values=problem_values("Solve 2x + 3 = 11."))
+    mark, _ = watch.scan(seq.num_prompt_tokens, 0)
+    assert (mark.old, mark.new) == (old, new)
+    cut = before.index(old, before.rindex("="))
+    assert engine.tokenizer.decode(seq.output_token_ids) == before[:cut] + new
     engine.abort(seq.request_id)
 
 

@@ -2,9 +2,11 @@
 texts are written the ways models write arithmetic: prose, LaTeX, markdown lists, GSM8K's
 `<<a*b=c>>` annotations, money and thousands separators."""
 
+from fractions import Fraction
+
 import pytest
 
-from pipeline.verify.repair import closed_at, find_repair
+from pipeline.verify.repair import closed_at, find_repair, problem_values
 
 
 @pytest.mark.parametrize(
@@ -123,3 +125,59 @@ def test_a_wrong_number_inside_a_right_side_expression_is_repaired(text, old, ne
 )
 def test_an_ambiguous_or_open_right_side_is_not_repaired(text):
     assert find_repair(text) is None
+
+
+# -- claims on the unknowns the problem's own equations fix ----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("problem", "values"),
+    [
+        ("Solve 2x + 3 = 11.", {"x": 4}),
+        ("Solve the system: 4x + y = 33, 2x - y = 3.", {"x": 6, "y": 9}),
+        ("Solve $6x + 9 = 45$ for x.", {"x": 6}),
+        ("If 3y - 4 = 2y + 1, what is y?", {"y": 5}),
+        # a question's implied answer, a word problem, an underdetermined or impossible system
+        ("Compute (3 + 8 + 9) / 4.", {}),
+        ("Tom has 5 apples and buys 3 more. How many does he have?", {}),
+        ("Solve x + y = 10.", {}),
+        ("Solve the system: x + y = 1, x + y = 2.", {}),
+    ],
+)
+def test_the_values_a_problem_fixes(problem, values):
+    assert problem_values(problem) == {k: Fraction(v) for k, v in values.items()}
+
+
+SOLVE = problem_values("Solve 2x + 3 = 11.")
+SYSTEM = problem_values("Solve the system: 4x + y = 33, 2x - y = 3.")
+
+
+@pytest.mark.parametrize(
+    ("text", "values", "old", "new"),
+    [
+        ("So x = 7. Then", SOLVE, "7", "4"),
+        ("Then 2x = 10, and", SOLVE, "10", "8"),
+        ("Which means $x = 5$.", SOLVE, "5", "4"),
+        ("Then y = 4, so 4x = 29", SYSTEM, "4", "9"),
+        ("So 2x - y = 5, hence", SYSTEM, "5", "3"),
+    ],
+)
+def test_a_wrong_value_of_a_fixed_unknown_is_repaired(text, values, old, new):
+    repair = find_repair(text, values=values)
+    assert repair is not None and (repair.old, repair.new) == (old, new)
+    assert text[repair.span[0] : repair.span[1]] == old
+
+
+@pytest.mark.parametrize(
+    ("text", "values"),
+    [
+        ("So x = 7. Then", {}),  # the problem fixes nothing
+        ("So z = 7. Then", SOLVE),  # an unknown of the solution's own
+        ("So x = 10 / 2 = 5, and", SOLVE),  # which number is wrong, the equation does not say
+        ("Check x = 7: 2(7) + 3 = 17, no.", SOLVE),  # tried, not stated
+        ("So x = 4 and then", SOLVE),  # right
+        ("So x = 3.33 and", problem_values("Solve 3x = 10.")),  # rounded as meant
+    ],
+)
+def test_claims_on_unknowns_left_to_the_checker(text, values):
+    assert find_repair(text, values=values) is None

@@ -103,7 +103,9 @@ def false_claims(
             continue
         if _holds_converted(claim.converted, limits):
             continue
-        if as_meant(rel, text[claim.span[1] : claim.span[1] + 80], limits):  # "10 / 3 = 3.33"
+        # "10 / 3 = 3.33" is right as meant; a claim on unknowns is read as the checker reads
+        # it, as written (`2x = 8 + 11` is no running total when x is 4).
+        if not names and as_meant(rel, text[claim.span[1] : claim.span[1] + 80], limits):
             continue
         yield claim, lhs, rhs
 
@@ -118,7 +120,9 @@ def find_repair(
     """The first wrong value in `text` a repair can put right: a claim `lhs = value` with no
     unknowns (or only unknowns `values` fixes: `x = 7` -> `x = 4`, `3x = 10` -> `3x = 12`)
     whose `lhs` computes exactly to another value written as a decimal. With `final` false (the
-    text is still being written) only values that are closed count."""
+    text is still being written) only values that are closed count. A wrong right side that is
+    an expression on fixed unknowns (`9x = 22 + 3`) is not rewritten: measured, the model writes
+    its expression again after the value put in its place (`9x = 19 + 3`), and loops."""
     for claim, want, got in false_claims(text, limits, values):
         rel = claim.relation
         assert rel is not None
@@ -138,6 +142,11 @@ def find_repair(
         # A right value with no finite decimal (`10 / 3`) is written rounded, as people write
         # it (`3.33`): the checker reads that as meant (consistent: holds when rounded).
         new = _written_like(want, old) or _rounded_like(want, old)
+        if expr_variables(rel.lhs) or expr_variables(rel.rhs):
+            # `x = 3.33` when x is 10/3: the checker reads a claim on unknowns exactly.
+            new = _written_like(want, old) or number_text(want)
+        if new == old:
+            continue
         start, end = claim.span
         return Repair(span, old, new, text[start:end])
     return None

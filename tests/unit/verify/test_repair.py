@@ -160,6 +160,8 @@ SYSTEM = problem_values("Solve the system: 4x + y = 33, 2x - y = 3.")
         ("Which means $x = 5$.", SOLVE, "5", "4"),
         ("Then y = 4, so 4x = 29", SYSTEM, "4", "9"),
         ("So 2x - y = 5, hence", SYSTEM, "5", "3"),
+        # read as the checker reads a claim on unknowns: exactly, no rounding
+        ("So x = 3.33 and", problem_values("Solve 3x = 10."), "3.33", "10/3"),
     ],
 )
 def test_a_wrong_value_of_a_fixed_unknown_is_repaired(text, values, old, new):
@@ -173,10 +175,11 @@ def test_a_wrong_value_of_a_fixed_unknown_is_repaired(text, values, old, new):
     [
         ("So x = 7. Then", {}),  # the problem fixes nothing
         ("So z = 7. Then", SOLVE),  # an unknown of the solution's own
-        ("So x = 10 / 2 = 5, and", SOLVE),  # which number is wrong, the equation does not say
+        ("So x = 7 - y, and", SYSTEM),  # unknowns on both sides: which number is wrong?
+        ("So 2x = 11 + 3 = 14.", SOLVE),  # a wrong side that is an expression: the checker's
+        ("To begin, $2x = 8 + 11 = 19$. Next,", SOLVE),  # (no running total on unknowns)
         ("Check x = 7: 2(7) + 3 = 17, no.", SOLVE),  # tried, not stated
         ("So x = 4 and then", SOLVE),  # right
-        ("So x = 3.33 and", problem_values("Solve 3x = 10.")),  # rounded as meant
     ],
 )
 def test_claims_on_unknowns_left_to_the_checker(text, values):

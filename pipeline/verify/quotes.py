@@ -117,14 +117,16 @@ class Quotes:
         self.stated: set[tuple[tuple[str, ...], Fraction]] = set()
 
     def _read_problem(self) -> None:
-        """Tokenized when a step first shares words with it: most jobs never quote it."""
-        self._read = True
+        """Tokenized when a step first shares words with it: most jobs never quote it. (Built
+        aside, then set: a checker the task queue caches may be read by two threads.)"""
+        sentences, stated = [], set()
         for tokens in _sentences(self.problem):
             if len(tokens) >= MIN_SHORT:
-                self.sentences.append((tokens, frozenset(t.text for t in tokens)))
+                sentences.append((tokens, frozenset(t.text for t in tokens)))
             for i, t in enumerate(tokens):
                 if t.value is not None:
-                    self.stated.add((_before(tokens, i), t.value))
+                    stated.add((_before(tokens, i), t.value))
+        self.sentences, self.stated, self._read = sentences, stated, True
 
     def misquotes(self, step: str) -> list[Misquote]:
         """Each number or opposite word in `step` that a quote of the problem changes."""

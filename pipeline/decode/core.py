@@ -35,7 +35,6 @@ from pipeline.reasoning.structured import guided_decoding, held_by_grammar
 from pipeline.reasoning.types import Note
 from pipeline.stage.worker import now_ms
 from pipeline.transfer.kv_import import KVImporter
-from pipeline.verify.repair import problem_values
 
 log = logging.getLogger(__name__)
 
@@ -237,10 +236,8 @@ class DecodeCore:
             marks.append(kv_mark(h, kv))
         # The user's question, never the rendered template (older producers: the prompt).
         problem = h.problem or engine.tokenizer.decode(h.token_ids)
-        # What its own equations fix, for repairs of claims on them (`Solve 2x + 3 = 11`).
-        values = problem_values(problem, h.premises) if h.params.verify == "repair" else None
         job = self.loop.start(
-            h.id, seq, reasoning, values, params=h.params, stamped=h.budget,
+            h.id, seq, reasoning, problem, h.premises, params=h.params, stamped=h.budget,
             slo_class=h.slo.class_, start_ms=h.created_ms or h.admitted_ms, e2e_ms=h.slo.e2e_ms,
             binding=start.binding,
         )  # fmt: skip

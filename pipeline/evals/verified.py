@@ -28,7 +28,6 @@ from pipeline.reasoning.sampling import job_params
 from pipeline.reasoning.structured import held_by_grammar
 from pipeline.reasoning.types import Check
 from pipeline.verify.local import LocalVerifier
-from pipeline.verify.repair import problem_values
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,11 +101,8 @@ def generate_verified(
         if guided is not None and guided[i] is not None:
             config = held_by_grammar(sampling, config, guided[i])
         seq = engine.add(Request(rid, list(ids), sampling))
-        # What the problem's own equations fix, for repairs of claims on them.
-        values = problem_values(problem_texts[i], premises[i]) if p.verify == "repair" else None
-        jobs.append(
-            loop.start(rid, seq, config, values, params=p, stamped=stamped, binding=start.binding)
-        )
+        jobs.append(loop.start(rid, seq, config, problem_texts[i], premises[i], params=p,
+                               stamped=stamped, binding=start.binding))  # fmt: skip
     live = [j for j in jobs if j is not None]
     inflight: dict[Future, tuple[ReasoningJob, str]] = {}
     where = {j.job_id: i for i, j in enumerate(jobs) if j is not None}

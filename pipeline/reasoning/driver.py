@@ -9,9 +9,8 @@ to send, notes to stream — goes back to the caller, who owns the verifier and 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable
 from dataclasses import replace
-from fractions import Fraction
 
 from pipeline.engine import Engine, Request, SamplingParams
 from pipeline.engine.grammar import handover
@@ -34,6 +33,7 @@ from pipeline.reasoning.machine import (
 from pipeline.reasoning.types import UNVERIFIED
 from pipeline.toolcalls.registry import before_calls
 from pipeline.verify.fast import contradicted, fast_verdict
+from pipeline.verify.repair import problem_values
 
 Outward = Check | Note
 # What a cut's note says caused it, by the machine's stop reason.
@@ -48,10 +48,12 @@ class ReasoningDriver:
         engine: Engine,
         seq: Sequence,
         config: ReasoningConfig,
-        values: Mapping[str, Fraction] | None = None,
+        problem: str = "",
+        premises: Iterable[str] = (),
     ) -> None:
-        """`values`: the variables the job's problem fixes by its own equations, which verify
-        mode `repair` may put right (`x = 7` -> `x = 4` for `Solve 2x + 3 = 11`)."""
+        """`problem`, `premises`: the job's question as the verifier reads it; the unknowns
+        its own equations fix are values verify mode `repair` may put right (`x = 7` -> `x = 4`
+        for `Solve 2x + 3 = 11`)."""
         self.engine = engine
         self.seq = seq
         self.reasoner = Reasoner(config, seq.seed, prompt_len=seq.num_prompt_tokens)
@@ -75,6 +77,7 @@ class ReasoningDriver:
         # values; with fast verdicts, a false claim is rolled back before its step ends.
         repair = config.verify == "repair"
         watching = repair or (config.verify != "off" and config.fast_verdicts)
+        values = problem_values(problem, premises) if repair else None
         self.watch = (
             ClaimWatch(engine, seq, config.max_repairs, repair, values) if watching else None
         )

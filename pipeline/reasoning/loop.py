@@ -14,9 +14,8 @@ verifier (Celery, or a local process pool) and the event stream.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from fractions import Fraction
 
 from pipeline import schema
 from pipeline.budget import Deadline, JobBudget, Pace, job_budget
@@ -111,13 +110,15 @@ class ReasoningLoop:
         job_id: str,
         seq: Sequence,
         config: ReasoningConfig,
-        values: Mapping[str, Fraction] | None = None,
+        problem: str = "",
+        premises: Iterable[str] = (),
         **job,
     ) -> ReasoningJob:
-        """A job whose sequence is in the engine, reasoning under `config`; `values`: what its
-        problem's equations fix (for repairs); `job`: the other fields of its ReasoningJob
-        (params, stamped, ...)."""
-        return ReasoningJob(job_id, ReasoningDriver(self.engine, seq, config, values), **job)
+        """A job whose sequence is in the engine, reasoning under `config`; `problem`,
+        `premises`: its question as the verifier reads it; `job`: the other fields of its
+        ReasoningJob (params, stamped, ...)."""
+        driver = ReasoningDriver(self.engine, seq, config, problem, premises)
+        return ReasoningJob(job_id, driver, **job)
 
     def step(self) -> int:
         """One engine step if anything can run; the batch it stepped (0: none)."""

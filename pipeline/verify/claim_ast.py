@@ -6,7 +6,7 @@ number is refused (ClaimError "limit") before any big arithmetic.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -222,7 +222,16 @@ def expr_variables(expr: Expr) -> set[str]:
     return expr_variables(expr.left) | expr_variables(expr.right)
 
 
-def substitute(expr: Expr, values: dict[str, Expr]) -> Expr:
+def at_values(rel: Relation, values: Mapping[str, Fraction]) -> Relation | None:
+    """`rel` with each of its variables replaced by its value; None when `values` lacks one."""
+    names = expr_variables(rel.lhs) | expr_variables(rel.rhs)
+    if not names <= values.keys():
+        return None
+    fixed: dict[str, Expr] = {name: Num(values[name]) for name in names}
+    return Relation(substitute(rel.lhs, fixed), rel.op, substitute(rel.rhs, fixed), rel.text)
+
+
+def substitute(expr: Expr, values: Mapping[str, Expr]) -> Expr:
     """`expr` with each variable named in `values` replaced by its expression."""
     if isinstance(expr, Var):
         return values.get(expr.name, expr)

@@ -143,6 +143,17 @@ def _quantities(text: str, max_chars: int) -> list[Quantity]:
     return out
 
 
+def cardinal(word: str) -> int | None:
+    """A number written as a cardinal word (`three` -> 3, `twenty-five` -> 25), else None."""
+    word = word.lower()
+    if word in _TENS:
+        return _TENS[word]
+    if word in _ONES:
+        return _ONES.index(word)
+    a, _, b = word.partition("-")
+    return _TENS[a] + _ONES.index(b) if a in _TENS and b in _ONES[1:10] else None
+
+
 def _compound(word: str) -> tuple[Fraction, ...]:
     """`twenty-five` -> 25, `two-thirds` -> 2/3 (and its terms)."""
     if "-" not in word:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from difflib import SequenceMatcher
 from fractions import Fraction
 
+from pipeline.verify.quantities import cardinal
 from pipeline.verify.verdicts import number_text
 
 MIN_MATCHED = 8  # tokens a step sentence shares with a problem sentence to be its quote
@@ -40,12 +41,6 @@ _TOKEN = re.compile(
 )
 # A sentence ends at . ! ? (not a decimal point), a colon or a line break (`the problem says:`).
 _SENTENCE = re.compile(r"[.!?:](?:\*\*)?(?=\s|$)|\n")  # `**Restating:**` ends one too
-_ONES = (  # noqa: SIM905
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
-    "fifteen sixteen seventeen eighteen nineteen"
-).split()
-_TENS = ("twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
-_WORD_NUMBERS = {w: i for i, w in enumerate(_ONES)} | {w: 20 + 10 * i for i, w in enumerate(_TENS)}
 # A sentence that says how things stand after something happened (`Now Tom has 8 apples in his
 # basket`) or computes is no quote, however many words it shares with the problem.
 _CHANGE = frozenset(
@@ -278,10 +273,7 @@ def _tokens(text: str, start: int, end: int) -> list[_Token]:
                 last = tokens[-1]
                 tokens[-1] = _Token(last.text, last.span, last.value, True)
             tokens.append(_Token("%", m.span()))
-        elif s in _WORD_NUMBERS:
-            tokens.append(_Token(_NUM, m.span(), Fraction(_WORD_NUMBERS[s])))
-        elif "-" in s and all(p in _WORD_NUMBERS for p in s.split("-")):
-            value = sum(_WORD_NUMBERS[p] for p in s.split("-"))  # twenty-five
+        elif kind == "word" and (value := cardinal(s)) is not None:  # three, twenty-five
             tokens.append(_Token(_NUM, m.span(), Fraction(value)))
         else:
             tokens.append(_Token(s, m.span()))

@@ -16,7 +16,7 @@ Pure logic: no engine, no tokens. `find_repair` reads text; decode maps its span
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -30,13 +30,12 @@ from pipeline.verify.claim_ast import (
     Neg,
     Num,
     Pow,
+    at_values,
     evaluate,
     expr_variables,
     holds,
     literal_value,
-    substitute,
 )
-from pipeline.verify.claims import Relation
 from pipeline.verify.linear_system import LinearSystem
 from pipeline.verify.prose import FoundClaim, find_claims, relations
 from pipeline.verify.verdicts import number_text
@@ -91,10 +90,9 @@ def false_claims(
         if rel is None or claim.alternative:
             continue
         if names := expr_variables(rel.lhs) | expr_variables(rel.rhs):
-            if not values or not names <= values.keys():
+            rel = at_values(rel, values or {})
+            if rel is None:
                 continue
-            fixed = {name: Num(values[name]) for name in names}
-            rel = Relation(substitute(rel.lhs, fixed), rel.op, substitute(rel.rhs, fixed), rel.text)
         try:
             lhs, rhs = evaluate(rel.lhs, limits), evaluate(rel.rhs, limits)
         except (ClaimError, ZeroDivisionError):
@@ -153,7 +151,7 @@ def find_repair(
 
 
 def problem_values(
-    problem: str, premises: Sequence[str] = (), limits: ClaimLimits = DEFAULT_LIMITS
+    problem: str, premises: Iterable[str] = (), limits: ClaimLimits = DEFAULT_LIMITS
 ) -> dict[str, Fraction]:
     """The variables the problem's own equations fix (`Solve 2x + 3 = 11.` -> x = 4; a 2x2
     system -> both): a claim on them has a value a repair can compute. A question's implied

@@ -19,7 +19,7 @@ import time
 
 import z3
 
-from pipeline.verify.claim_ast import Num, expr_variables, holds, substitute
+from pipeline.verify.claim_ast import at_values, expr_variables, holds
 from pipeline.verify.claims import ClaimError, ClaimLimits, Relation, evaluate
 from pipeline.verify.found_claim import LIMIT
 from pipeline.verify.linear_system import LinearSystem
@@ -97,14 +97,12 @@ class StateSolver:
         """Whether every claim holds given the values S fixes; None when one has a variable S
         does not fix, or is past the limits of exact arithmetic."""
         assert self.linear is not None
-        fixed = self.linear.values
-        values = {name: Num(value) for name, value in fixed.items()}
-        for rel in claims:
-            if not expr_variables(rel.lhs) | expr_variables(rel.rhs) <= fixed.keys():
+        for claim in claims:
+            rel = at_values(claim, self.linear.values)
+            if rel is None:
                 return None
             try:
-                lhs = evaluate(substitute(rel.lhs, values), self.limits)
-                rhs = evaluate(substitute(rel.rhs, values), self.limits)
+                lhs, rhs = evaluate(rel.lhs, self.limits), evaluate(rel.rhs, self.limits)
             except ClaimError:
                 return None
             except ZeroDivisionError:

@@ -10,7 +10,10 @@ for a claim with no unknowns whose value its left side refutes. Then:
   10`), the right value's tokens are put in, and sampling goes on after them. Only the wrong
   value and what was sampled after it (usually a token or two) are discarded. A repair that
   would change any character before the value (a re-tokenization that does not give back the
-  same text) is refused: the value stays, and is rolled back as below.
+  same text) is refused: the value stays, and is rolled back as below. A left side's slipped
+  coefficient (`9x = 22 + 3` -> `5x = 22 + 3`, read once the right side is closed) is put
+  right with the claim's text after it put back as the model wrote it; in the step being
+  written only (a completed step's is its verdict's).
 * otherwise (and for a value no repair can write: `7 / 3 = 2`): a false claim in the step being
   written is handed back (`FalseClaim`) and the driver rolls the sequence back to the claim's
   start right away, mid-step, before the rest of the step and the tokens a verdict's round trip
@@ -115,7 +118,7 @@ class ClaimWatch:
         if not self._worth_reading(start, text, final):
             return None
         repair = find_repair(text, final=final, values=self.values) if self._repairing else None
-        if repair is not None and (made := self._make(start, text, repair, index)):
+        if repair is not None and (made := self._make(start, text, repair, index, final)):
             return made
         # A completed step's false claims are its verdict's (the driver's fast verdict);
         # one in the step being written is rolled back now.
@@ -150,9 +153,13 @@ class ClaimWatch:
         return True
 
     def _make(
-        self, start: int, text: str, repair: Repair, step: int
+        self, start: int, text: str, repair: Repair, step: int, final: bool
     ) -> tuple[RepairMark, int] | None:
         seq, engine, tok = self.seq, self.engine, self.engine.tokenizer
+        if repair.keeps_rest and (
+            final or tok.decode(seq.token_ids[start : seq.num_tokens]) != text
+        ):  # the text to put back must be all that follows (no step's end, no tool call)
+            return None
         if seq.guide is not None and seq.guide.active:  # a grammar holds the text: no rewrite
             self.num_refused += 1
             return None
@@ -163,9 +170,11 @@ class ClaimWatch:
             return None
         kept = tok.decode(seq.token_ids[start:p])
         prefix = text[len(kept) : a]
-        new_ids = tok.encode(prefix + repair.new, add_special_tokens=False)
-        # The text before the value must come back character for character.
-        if tok.decode(seq.token_ids[start:p] + new_ids) != text[:a] + repair.new:
+        rest = text[repair.span[1] :] if repair.keeps_rest else ""
+        new_ids = tok.encode(prefix + repair.new + rest, add_special_tokens=False)
+        # The text before the value (and the text kept after it) must come back character
+        # for character.
+        if tok.decode(seq.token_ids[start:p] + new_ids) != text[:a] + repair.new + rest:
             self.num_refused += 1
             return None
         if p + len(new_ids) + 8 >= engine.max_model_len:

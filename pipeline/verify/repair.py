@@ -7,7 +7,8 @@ when the claim has no unknowns and its left side computes another value, the wro
 replaced by the right one (`3120` -> `3520`; one with no finite decimal rounded as people
 write it, `7 / 3 = 2` -> `2.33`) and the model goes on from there. Only what this module can
 compute exactly is repaired: claims with no unknowns, and claims on unknowns the problem's own
-equations fix (`Solve 2x + 3 = 11.`, then `x = 7` -> `x = 4`); everything else (other unknowns,
+equations fix (`Solve 2x + 3 = 11.`, then `x = 7` -> `x = 4`; an elimination's slipped
+coefficient, `9x = 22 + 3` -> `5x = 22 + 3` when x is 5); everything else (other unknowns,
 contradictions with earlier steps, relations) is left to the checker's verdict and rollback.
 
 Pure logic: no engine, no tokens. `find_repair` reads text; decode maps its span to tokens.
@@ -30,6 +31,7 @@ from pipeline.verify.claim_ast import (
     Neg,
     Num,
     Pow,
+    Var,
     at_values,
     evaluate,
     expr_variables,
@@ -54,6 +56,11 @@ _CONTINUES = re.compile(
 # word still being written only once it is no operator's (`= 33 \` may become `= 33 \times`,
 # `= 33 ti` `= 33 times`: the value goes on).
 _OPEN_END = re.compile(r"[ \t]*(?:\.|\\[A-Za-z]*)?$")
+# A left side that is one unknown with its coefficient, as written at a claim's start: `9x`,
+# `9 x`, `9*x`, `9 \cdot x`, `x`.
+_TERM = re.compile(r"(?P<c>\d+)?(?P<op>\s*(?:(?:\*|×|\\cdot|\\times)\s*)?)(?P<v>[A-Za-z])\b")
+# A coefficient larger than this is no slip of an elimination.
+_MAX_COEFFICIENT = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +71,9 @@ class Repair:
     old: str
     new: str
     claim: str  # the claim as written, with its wrong value
+    # The text after `span` stays as written (put back after `new`): a left side's coefficient
+    # is repaired once its right side is written, and only the coefficient changes.
+    keeps_rest: bool = False
 
 
 def closed_at(text: str, end: int) -> bool:
@@ -120,13 +130,17 @@ def find_repair(
     whose `lhs` computes exactly to another value written as a decimal. With `final` false (the
     text is still being written) only values that are closed count. A wrong right side that is
     an expression on fixed unknowns (`9x = 22 + 3`) is not rewritten: measured, the model writes
-    its expression again after the value put in its place (`9x = 19 + 3`), and loops."""
+    its expression again after the value put in its place (`9x = 19 + 3`), and loops; its
+    left side's coefficient is (`9x = 22 + 3` -> `5x = 22 + 3` when x is 5: `_coefficient`)."""
     for claim, want, got in false_claims(text, limits, values):
         rel = claim.relation
         assert rel is not None
         if rel.op == "=" and literal_value(rel.rhs) is None:
             if expr_variables(rel.lhs) or expr_variables(rel.rhs):
-                continue  # `x = 10 - y` wrong: which number is, the equation does not say
+                # `x = 10 - y` wrong: which number is, the equation does not say
+                if (found := _coefficient(text, claim, values or {}, final, limits)) is not None:
+                    return found
+                continue
             # A chain's wrong link: `27 * 5 * 10 = 145 * 10` (27 * 5 is 135, not 145).
             if (found := _rhs_repair(text, claim, want, final, limits)) is not None:
                 return found
@@ -222,6 +236,55 @@ def _rhs_repair(
     if not (final or closed_at(text, written[-1].end())):
         return None
     return Repair(span, old, new, text[a:b])
+
+
+def _coefficient(
+    text: str,
+    claim: FoundClaim,
+    values: Mapping[str, Fraction],
+    final: bool,
+    limits: ClaimLimits,
+) -> Repair | None:
+    """`9x = 22 + 3` when the problem fixes x = 5: a left side that is one fixed unknown times
+    a coefficient (written or not), a right side with no unknowns, and a whole coefficient
+    that makes it hold (25 / 5 = 5): the left side repaired (`9x` -> `5x`, `x` -> `2x`, `4x` ->
+    `x`), the right side kept as written. An elimination that added or subtracted the
+    equations got the coefficient wrong; the numbers it took from the problem are right."""
+    rel = claim.relation
+    assert rel is not None
+    lhs = rel.lhs
+    if isinstance(lhs, BinOp) and lhs.op == "*" and isinstance(lhs.left, Num):
+        lhs = lhs.right
+    if not isinstance(lhs, Var) or expr_variables(rel.rhs) or not values.get(lhs.name):
+        return None
+    a, b = claim.span
+    term = _TERM.match(text, a)
+    eq = text.find("=", a, b)
+    if term is None or term.group("v") != lhs.name or eq < 0 or text[term.end() : eq].strip():
+        return None
+    if (term.group("c") is None) != (lhs is rel.lhs):  # `2 x` read as written, nothing else
+        return None
+    try:
+        rhs = evaluate(rel.rhs, limits)
+    except (ClaimError, ZeroDivisionError):
+        return None
+    if rhs is None:
+        return None
+    want = rhs / values[lhs.name]
+    if want.denominator != 1 or not 1 <= want <= _MAX_COEFFICIENT:
+        return None
+    stop = b
+    while stop < len(text) and text[stop].isdigit():  # a span may stop before the last digit
+        stop += 1
+    if not (final or closed_at(text, stop)):
+        return None
+    old = term.group()
+    new = lhs.name if want == 1 else f"{want.numerator}{term.group('op')}{lhs.name}"
+    if term.group("c") is None:
+        new = lhs.name if want == 1 else f"{want.numerator}{lhs.name}"
+    if new == old:
+        return None
+    return Repair(term.span(), old, new, text[a:b], keeps_rest=True)
 
 
 def _terms(expr: Expr) -> list[Expr]:

@@ -183,6 +183,47 @@ def test_a_wrong_value_of_an_unknown_the_problem_fixes_is_replaced(engines, mode
     engine.abort(seq.request_id)
 
 
+@pytest.mark.parametrize(
+    ("model", "text", "old", "new"),
+    [
+        ("r1-reasoner", "\n\nLet me start: 9x = 22 + 3 = 25. So", "9x", "5x"),
+        ("r1-reasoner", "\n\nTo begin, $x = 29 - 19 =", "x", "2x"),
+        ("smollm2", "\n- 3x = 22 + 3 = 25\n- x", "3x", "5x"),
+    ],
+)
+def test_a_slipped_coefficient_is_replaced_and_the_claim_kept(engines, model, text, old, new):
+    """The problem's system fixes x: the left side's coefficient is put right and the text the
+    model wrote after it is put back as written; sampling goes on after it."""
+    engine = engines(model)
+    seq = written(engine, text, f"r-{model}-coef-{old}")
+    before = engine.tokenizer.decode(seq.output_token_ids)
+    first = "Solve the system: 3x + y = 22, 2x - y = 3."
+    problem = first if "22" in text else "Solve the system: 3x + y = 29, x + y = 19."
+    watch = ClaimWatch(engine, seq, 8, values=problem_values(problem))
+    mark, appended = watch.scan(seq.num_prompt_tokens, 0)
+    assert (mark.old, mark.new) == (old, new)
+    at = before.rindex(old, 0, before.index("="))
+    # One change: the coefficient; everything before and after it as the model wrote it.
+    after = engine.tokenizer.decode(seq.output_token_ids)
+    assert after == before[:at] + new + before[at + len(old) :]
+    assert seq.num_discarded_tokens > 0 and appended > 0
+    n = seq.num_tokens
+    engine.step()
+    assert seq.num_tokens > n
+    engine.abort(seq.request_id)
+
+
+def test_a_coefficient_is_not_repaired_in_a_completed_step(engines):
+    """Its text kept would hold the step's end: the step's verdict decides (a rollback)."""
+    engine = engines("tiny-reasoner")
+    seq = written(engine, "\n9x = 22 + 3 = 25\n", "r-coef-final")
+    ids = list(seq.token_ids)
+    watch = ClaimWatch(engine, seq, 8, values=problem_values("Solve: 3x + y = 22, 2x - y = 3."))
+    assert watch.scan(seq.num_prompt_tokens, 0) is None
+    assert seq.token_ids == ids and seq.num_discarded_tokens == 0
+    engine.abort(seq.request_id)
+
+
 def test_a_repair_that_would_change_text_before_the_value_is_refused(engines, monkeypatch):
     engine = engines("r1-reasoner")
     seq = written(engine, "\n\nNow 88 * 40 = 3120. After that", "r-refused")

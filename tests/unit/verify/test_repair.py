@@ -184,3 +184,51 @@ def test_a_wrong_value_of_a_fixed_unknown_is_repaired(text, values, old, new):
 )
 def test_claims_on_unknowns_left_to_the_checker(text, values):
     assert find_repair(text, values=values) is None
+
+
+ELIMINATE = "Solve the system: 3x + y = 22, 2x - y = 3."  # x = 5, y = 7
+
+
+@pytest.mark.parametrize(
+    ("problem", "text", "old", "new"),
+    [
+        # an elimination that added the equations and slipped the coefficient: 3x + 2x is 5x
+        (ELIMINATE, "Let me start: 9x = 22 + 3 = 25.", "9x", "5x"),
+        (ELIMINATE, "Let me start: 9x = 22 + 3 =", "9x", "5x"),  # closed by the next `=`
+        (ELIMINATE, "First, $3x = 22 + 3$ so", "3x", "5x"),
+        (ELIMINATE, "First, \\(4 \\cdot x = 22 + 3\\).", "4 \\cdot x", "5 \\cdot x"),
+        (ELIMINATE, "Then 9 * x = 22 + 3, so", "9 * x", "5 * x"),
+        # no coefficient written: one put in; one of 1: taken out
+        ("Solve the system: 3x + y = 29, x + y = 19.", "To begin, x = 29 - 19 = 10.", "x", "2x"),
+        ("Solve the system: 4x + 2y = 20, 3x + 2y = 18.", "Now $4x = 20 - 18 = 2$.", "4x", "x"),
+        ("Solve the system: 4x + y = 51, x + y = 15.", "Steps:\n- 6x = 51 - 15\n- x", "6x", "3x"),
+        ("Solve for x: 8x + 8 = 32.", "So 2y = 4 and 2x = 24 / 2 = 12.", "2x", "4x"),
+    ],
+)
+def test_a_slipped_coefficient_of_a_fixed_unknown_is_repaired(problem, text, old, new):
+    """The left side's coefficient is put right and the claim's text after it is kept (the
+    numbers the model took from the problem are right)."""
+    r = find_repair(text, values=problem_values(problem))
+    assert r is not None and (r.old, r.new, r.keeps_rest) == (old, new, True)
+    assert text[r.span[0] : r.span[1]] == old
+    fixed = text[: r.span[0]] + r.new + text[r.span[1] :]
+    assert find_repair(fixed, values=problem_values(problem)) is None
+
+
+@pytest.mark.parametrize(
+    ("problem", "text"),
+    [
+        (ELIMINATE, "Let me start: 9x = 22 + 3"),  # the right side may still go on
+        (ELIMINATE, "Let me start: $x = 22 - 3 = 19$."),  # 19 / 5: no whole coefficient
+        (ELIMINATE, "So 2x = 11 - y, hence"),  # an unknown on the right
+        (ELIMINATE, "So 2x + y = 22 + 3, hence"),  # two unknowns on the left
+        (ELIMINATE, "So -x = 22 - 3, hence"),  # a sign, not a coefficient
+        (ELIMINATE, "So 5x = 22 + 3 = 25, hence"),  # right
+        (ELIMINATE, "So 9z = 22 + 3, hence"),  # an unknown the problem does not fix
+        (ELIMINATE, "So 9x = 22 - 30, hence"),  # a negative coefficient: no slip
+        ("Compute 7 * 8.", "So 9x = 22 + 3, hence"),  # the problem fixes nothing
+    ],
+)
+def test_what_no_coefficient_repairs(problem, text):
+    r = find_repair(text, values=problem_values(problem))
+    assert r is None or not r.keeps_rest

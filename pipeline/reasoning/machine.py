@@ -18,7 +18,8 @@ a late contradiction of the last step can still be undone.
 Backtracking: a contradicted step is resampled (from its contradicted claim, or its start)
 with a new seed, up to `max_retries` times, or until it states a claim already refuted again;
 then the step before it is dropped too (once per step); then, or after `max_backtracks` in
-all, the job gives up: rolled back to the failing step, its answer forced from the chain
+all, or when the same claim is refuted more than `max_repeats` times after that, the job
+gives up: rolled back to the failing step, its answer forced from the chain
 before it, finished honestly as `unverified`. Under load the controller caps
 the backtracks (`resample_cap`): past the cap a contradicted step is kept, checked and
 reported. A verdict later than `verdict_timeout_s` (or than its deadline allows) counts as
@@ -74,7 +75,8 @@ class Reasoner:
     chain: list[Step] = field(default_factory=list)
     retries: dict[int, int] = field(default_factory=dict)  # step index -> resamples so far
     escalated: set[int] = field(default_factory=set)  # steps already dropped for their successor
-    refuted: dict[int, set[str]] = field(default_factory=dict)  # step index -> claims refuted
+    # step index -> claims refuted there (how many times each)
+    refuted: dict[int, dict[str, int]] = field(default_factory=dict)
     num_backtracks: int = 0
     num_checks: int = 0
     held_finish: str | None = None  # the engine is holding this finish until verdicts are in
@@ -419,10 +421,23 @@ class Reasoner:
         # The same claim refuted again after a resample (`The answer is \boxed{15}`, written
         # each time) was decided by the steps before it: the step before is dropped now rather
         # than after every retry is spent on the same text.
-        refuted = self.refuted.setdefault(i, set())
-        again = _refuted_claim(bad) in refuted
-        refuted.add(_refuted_claim(bad))
+        refuted = self.refuted.setdefault(i, {})
+        claim = _refuted_claim(bad)
+        again = claim in refuted
+        refuted[claim] = refuted.get(claim, 0) + 1
         can_escalate = i > 0 and (i - 1) not in self.escalated
+        # ... and once the step before was dropped for it and the same claim still comes back,
+        # a claim wrong by what came before (not by its own computation) is only written
+        # again by more resamples of this step (measured: answers refuted 10-12 times in a
+        # row, every one of them a give-up in the end): the job gives up now.
+        stuck = (
+            i > 0
+            and not can_escalate
+            and refuted[claim] > self.config.max_repeats
+            and not _wrong_in_itself(bad)
+        )
+        if stuck:
+            return self._give_up(bad, f"step {i} stated {claim!r} {refuted[claim]} times")
         if self.retries[i] > self.config.max_retries or (again and can_escalate):
             if not can_escalate:
                 return self._give_up(bad, f"step {i} failed {self.retries[i]} times")
@@ -477,17 +492,26 @@ CLAIM_ROLLBACK_KINDS = ("arithmetic", "identity")
 
 def _refuted_claim(step: Step) -> str:
     """What a contradiction refuted: its first contradicted claim's text, else the step's."""
+    first = _first_bad(step)
+    return step.text if first is None else first.text
+
+
+def _first_bad(step: Step) -> Any | None:
+    """The step's first contradicted claim, in text order (None when the verdict names none)."""
     bad = [c for c in step.claims if getattr(c, "verdict", None) == CONTRADICTED]
-    return min(bad, key=lambda c: c.span[0]).text if bad else step.text
+    return min(bad, key=lambda c: c.span[0], default=None)
+
+
+def _wrong_in_itself(step: Step) -> bool:
+    """Is the step's first contradicted claim wrong by its own computation (a resample of it
+    alone can put it right)?"""
+    first = _first_bad(step)
+    return first is not None and getattr(first, "kind", "") in CLAIM_ROLLBACK_KINDS
 
 
 def _first_contradicted(step: Step) -> int | None:
     """Where the step's first contradicted claim begins (a character of its text) when that
     claim's own computation is wrong; None for a step-level rollback."""
-    bad = sorted(
-        (c for c in step.claims if getattr(c, "verdict", None) == CONTRADICTED),
-        key=lambda c: c.span[0],
-    )
-    if not bad or getattr(bad[0], "kind", "") not in CLAIM_ROLLBACK_KINDS:
+    if not _wrong_in_itself(step):
         return None
-    return bad[0].span[0] or None
+    return _first_bad(step).span[0] or None

@@ -23,6 +23,10 @@ class ReasoningConfig:
     verify: str = "async"
     max_retries: int = 8  # resamples of one step before the step before it is dropped too
     max_backtracks: int = 32  # per job; then it finishes as unverified
+    # Times one claim may be refuted at a step, once the step before was dropped for it, and
+    # still be resampled; the next time the job finishes as unverified (the claim follows
+    # from further back: more resamples only write it again).
+    max_repeats: int = 1
     verdict_timeout_s: float = 10.0
     max_repairs: int = 64  # verify mode `repair`: values replaced per job, then checks only
     # What a contradiction rolls back: from its first contradicted claim (the step's text before
@@ -52,8 +56,10 @@ class ReasoningConfig:
     def __post_init__(self) -> None:
         if self.verify not in VERIFY_MODES:
             raise ValueError(f"verify mode must be one of {VERIFY_MODES}, got {self.verify!r}")
-        if self.max_retries < 0 or self.max_backtracks < 0 or self.verdict_timeout_s <= 0:
-            raise ValueError("max_retries, max_backtracks >= 0 and verdict_timeout_s > 0")
+        if min(self.max_retries, self.max_backtracks, self.max_repeats) < 0:
+            raise ValueError("max_retries, max_backtracks and max_repeats must be >= 0")
+        if self.verdict_timeout_s <= 0:
+            raise ValueError("verdict_timeout_s must be > 0")
         if (self.max_thinking_tokens or 1) < 1 or (self.max_steps or 1) < 1:
             raise ValueError("budgets must be positive")
         if self.rollback not in ("claim", "step"):

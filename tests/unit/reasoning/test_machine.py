@@ -139,6 +139,39 @@ def test_the_same_claim_refuted_again_drops_the_step_before_at_once():
         assert only(acts, Rollback)[0].position == 10 and not r.gave_up
 
 
+def test_a_claim_refuted_again_after_the_step_before_was_dropped_gives_up():
+    """The step before was dropped for the claim, and it comes back anyway: one resample, then
+    the job gives up (measured: such answers were refuted 10-12 times in a row, then gave up),
+    leaving the retries it still had unspent."""
+    from pipeline.verify.verdicts import ClaimVerdict
+
+    wrong = (ClaimVerdict("A = 15", (14, 16), "contradicted", "", "refuted", "solution"),)
+    r = machine(max_retries=8)
+    add_step(r, 10, "x = 3")
+    for _ in range(2):  # refuted, resampled; refuted again: step 0 goes too
+        _, k = add_step(r, 15, "The answer is 15.")
+        acts = r.on_verdict(k, "contradicted", "refuted", 0.0, wrong)
+    assert r.chain == [] and 0 in r.escalated
+    add_step(r, 10, "x = 3")
+    _, k = add_step(r, 15, "The answer is 15.")  # once more after the escalation: resampled
+    acts = r.on_verdict(k, "contradicted", "refuted", 0.0, wrong)
+    assert only(acts, Rollback)[0].position == 15 and not r.gave_up
+    _, k = add_step(r, 15, "So the answer is 15.")  # and again: given up
+    acts = r.on_verdict(k, "contradicted", "refuted", 0.0, wrong)
+    assert r.gave_up and r.retries[1] == 2 and only(acts, Rollback)[0].position == 15
+    assert "stated 'A = 15' 2 times" in only(acts, Note, "backtrack")[0].detail
+    # Other claims after the escalation are resampled as before.
+    r = machine(max_retries=8)
+    add_step(r, 10, "x = 3")
+    for value in (15, 15, 16, 17, 18):
+        if not r.chain:
+            add_step(r, 10, "x = 3")
+        bad = (ClaimVerdict(f"A = {value}", (14, 16), "contradicted", "", "", "solution"),)
+        _, k = add_step(r, 15, f"The answer is {value}.")
+        acts = r.on_verdict(k, "contradicted", "refuted", 0.0, bad)
+        assert only(acts, Rollback) and not r.gave_up
+
+
 def test_the_first_step_gives_up_after_its_retries():
     r = machine(max_retries=1)
     for _ in range(2):

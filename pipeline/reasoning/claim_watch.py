@@ -84,7 +84,9 @@ class ClaimWatch:
     ) -> None:
         self.engine, self.seq, self.max_repairs = engine, seq, max_repairs
         self.repair = repair
-        self.values = values  # what the problem's equations fix (repair.problem_values)
+        # What the problem's equations fix (repair.problem_values): a wrong value of them is
+        # repaired, and a false claim on them alone rolled back, like arithmetic.
+        self.values = values
         self.marks: list[RepairMark] = []
         self.num_refused = 0
         # (segment start, where its closed expression ends, final) already read: each once.
@@ -122,7 +124,7 @@ class ClaimWatch:
             return made
         # A completed step's false claims are its verdict's (the driver's fast verdict);
         # one in the step being written is rolled back now.
-        if not final and (claim := closed_false_claim(text)) is not None:
+        if not final and (claim := closed_false_claim(text, values=self.values)) is not None:
             return FalseClaim(index, start, text, claim)
         return None
 

@@ -77,9 +77,11 @@ class ReasoningDriver:
         # values; with fast verdicts, a false claim is rolled back before its step ends.
         repair = config.verify == "repair"
         watching = repair or (config.verify != "off" and config.fast_verdicts)
-        values = problem_values(problem, premises) if repair else None
+        # What the problem's own equations fix: a claim on those unknowns alone is decided in
+        # decode like arithmetic (repaired, or contradicted with no round trip).
+        self.values = problem_values(problem, premises) if watching else None
         self.watch = (
-            ClaimWatch(engine, seq, config.max_repairs, repair, values) if watching else None
+            ClaimWatch(engine, seq, config.max_repairs, repair, self.values) if watching else None
         )
         # What it did to the sequence that no Note says (forced answers, early exits), for a
         # traced job's spans: None (nothing kept) unless the job is traced.
@@ -280,9 +282,10 @@ class ReasoningDriver:
         return out
 
     def _fast_verdict(self, check: Check, now_s: float) -> list[Action] | None:
-        """A step with a false claim that has no unknowns is contradicted here, with no round
-        trip to the checker (pipeline/verify/fast.py); None: the checker decides."""
-        v = fast_verdict(check.text)
+        """A step with a false claim that has no unknowns (or only unknowns the problem fixes) is
+        contradicted here, with no round trip to the checker (pipeline/verify/fast.py); None:
+        the checker decides."""
+        v = fast_verdict(check.text, values=self.values)
         if v is None:
             return None
         self.reasoner.num_fast_verdicts += 1
@@ -325,12 +328,13 @@ class ReasoningDriver:
         return [Note("repair", mark.step, mark.claim, None, detail)]
 
     def _early_rollback(self, found: FalseClaim, now_s: float) -> list[Action]:
-        """The step being written states a false claim with no unknowns: it is contradicted
-        now, mid-step, and rolled back to the claim's start (the machine's backtrack)."""
+        """The step being written states a false claim with no unknowns (or only unknowns the
+        problem fixes): it is contradicted now, mid-step, and rolled back (the machine's
+        backtrack: to the claim's start when its own computation is wrong)."""
         lead = len(found.text) - len(found.text.lstrip())
         a, b = found.claim.span
         claim = replace(found.claim, span=(a - lead, b - lead))
-        verdict = contradicted((claim,))
+        verdict = contradicted((claim,), self.values)
         assert verdict is not None
         self.reasoner.num_fast_verdicts += 1
         detail = f"{verdict.detail} (decided in decode, mid-step)"

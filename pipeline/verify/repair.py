@@ -178,12 +178,17 @@ def problem_values(
 
 
 def closed_false_claim(
-    text: str, *, final: bool = False, limits: ClaimLimits = DEFAULT_LIMITS
+    text: str,
+    *,
+    final: bool = False,
+    limits: ClaimLimits = DEFAULT_LIMITS,
+    values: Mapping[str, Fraction] | None = None,
 ) -> FoundClaim | None:
-    """The first claim of `text` with no unknowns that is false and written to its end (its
-    value closed, or `final`): what decode rolls back the moment it is written. Claims come in
-    text order, so a false claim still open is the text's last."""
-    for claim, _, got in false_claims(text, limits):
+    """The first claim of `text` with no unknowns (or, with `values`, on those unknowns alone)
+    that is false and written to its end (its value closed, or `final`): what decode rolls back
+    the moment it is written. Claims come in text order, so a false claim still open is the
+    text's last."""
+    for claim, _, got in false_claims(text, limits, values):
         span = _value_span(text, claim.span, got)
         if final or closed_at(text, claim.span[1] if span is None else span[1]):
             return claim

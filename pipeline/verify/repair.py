@@ -76,6 +76,14 @@ class Repair:
     keeps_rest: bool = False
 
 
+def wrong_value_start(claim: str) -> int | None:
+    """Where the wrong value of a false claim with no unknowns begins in its text (`58 - 16 =
+    44`: at `44`; a chain's slipped link, `27 * 5 * 10 = 145 * 10`: at `145`); None when no
+    one value is (a relation, a claim whose left side is wrong)."""
+    found = find_repair(claim, final=True)
+    return None if found is None or found.keeps_rest else found.span[0]
+
+
 def closed_at(text: str, end: int) -> bool:
     """Has the value ending at `end` been closed by what follows it (so it cannot grow)?"""
     rest = text[end:]

@@ -1,7 +1,8 @@
 """Claims as the unit of rollback, and verify mode `repair`, on real engines and tokenizers
 (the bundled tiny reasoner, R1-style reasoner and SmolLM2): a contradicted claim mid-step rolls
-the sequence back to the claim's start and no further; a wrong value is replaced by the right
-one and the model goes on; a repair that would change any text before the value is refused."""
+the sequence back to its wrong value (else its start) and no further; a wrong value is replaced
+by the right one and the model goes on; a repair that would change any text before the value is
+refused."""
 
 from concurrent.futures import Future
 
@@ -329,19 +330,19 @@ def test_a_false_claim_with_no_unknowns_is_contradicted_in_decode_not_sent(tiny)
 # (model, text written so far, the false claim): the step is still being written when its
 # claim's value closes; prose, LaTeX, GSM8K annotations, a markdown list.
 MID_STEP = [
-    ("tiny-reasoner", "\n16 * 3 = 10 * 3 + 6 * 3 = 30 + 18 = 49 so", "30 + 18 = 49"),
-    ("r1-reasoner", "\n\nSo the cost is 88 * 40 = 3120 dollars, and", "88 * 40 = 3120"),
-    ("r1-reasoner", "\n\nWhich means $36 \\times 4 = 132$ and", "36 \\times 4 = 132"),
-    ("smollm2", " She makes <<48/2=25>>25 clips", "48/2=25"),
-    ("smollm2", "\n- Next, 64 * 4 = 248, so", "64 * 4 = 248"),
+    ("tiny-reasoner", "\n16 * 3 = 10 * 3 + 6 * 3 = 30 + 18 = 49 so", "30 + 18 = 49", "49"),
+    ("r1-reasoner", "\n\nSo the cost is 88 * 40 = 3120 dollars, and", "88 * 40 = 3120", "3120"),
+    ("r1-reasoner", "\n\nWhich means $36 \\times 4 = 132$ and", "36 \\times 4 = 132", "132"),
+    ("smollm2", " She makes <<48/2=25>>25 clips", "48/2=25", "25"),
+    ("smollm2", "\n- Next, 64 * 4 = 248, so", "64 * 4 = 248", "248"),
 ]
 
 
-@pytest.mark.parametrize(("model", "text", "claim"), MID_STEP)
-def test_a_false_claim_is_rolled_back_mid_step_to_its_start(engines, model, text, claim):
+@pytest.mark.parametrize(("model", "text", "claim", "value"), MID_STEP)
+def test_a_false_claim_is_rolled_back_mid_step_to_its_value(engines, model, text, claim, value):
     """Async (no repair), fast verdicts on: the moment a false claim's value is closed, the step
-    being written is rolled back to the claim's start: no check sent, the text before the claim
-    kept token for token, a backtrack note naming the claim."""
+    being written is rolled back to the claim's wrong value: no check sent, the text before it
+    (the claim's expression too) kept token for token, a backtrack note naming the claim."""
     from pipeline.reasoning.driver import ReasoningDriver
     from pipeline.reasoning.types import Check, Note, ReasoningConfig
 
@@ -359,9 +360,9 @@ def test_a_false_claim_is_rolled_back_mid_step_to_its_start(engines, model, text
     checks = [o.text for o in outs if isinstance(o, Check)]
     assert not any(claim in c for c in checks)  # decided here, never sent
     kept = engine.tokenizer.decode(seq.token_ids[seq.num_prompt_tokens : seq.num_tokens])
-    # Cut at the claim's start (a token that spans into it may start a little before it), and
-    # no further: what was kept is a token prefix of what was written.
-    at = output.index(claim)
+    # Cut at the wrong value's start (a token that spans into it may start a little before
+    # it), and no further: what was kept is a token prefix of what was written.
+    at = output.index(claim) + claim.rindex(value)
     assert output.startswith(kept) and at - 4 <= len(kept) <= at
     assert seq.token_ids[: seq.num_tokens] == ids[: seq.num_tokens]
     assert driver.reasoner.num_fast_verdicts == 1

@@ -359,6 +359,25 @@ def test_confidence_alone_ends_nothing_by_default():
     assert r.on_probe(probe.key, "7", 1.0, 2) == [] and not r.finished
 
 
+@pytest.mark.parametrize(
+    ("text", "claim", "kind", "char"),
+    [
+        ("So 27 * 5 * 10 = 145 * 10 = 1450", "27 * 5 * 10 = 145 * 10", "arithmetic", 17),
+        ("Then $36 \\times 4 = 132$ cm", "36 \\times 4 = 132", "arithmetic", 20),
+        ("Check: 3 < 2 holds", "3 < 2", "arithmetic", 7),  # no value: the claim's start
+        ("Also 2(x + 1) = 2x + 1 here", "2(x + 1) = 2x + 1", "identity", 5),
+    ],
+)
+def test_a_claim_is_resampled_from_its_wrong_value_or_else_its_start(text, claim, kind, char):
+    from pipeline.verify.verdicts import ClaimVerdict
+
+    at = text.index(claim)
+    bad = (ClaimVerdict(claim, (at, at + len(claim)), "contradicted", "", "false", kind),)
+    r = machine()
+    (rb,) = only(r.on_false_claim(15, 25, text, "false", bad, 0.0), Rollback)
+    assert rb.claim_char == char and text[char:].startswith(claim[char - at :])
+
+
 def test_a_false_claim_mid_step_is_backtracked_from_its_claim_unless_capped():
     from pipeline.verify.verdicts import ClaimVerdict
 
@@ -367,7 +386,8 @@ def test_a_false_claim_mid_step_is_backtracked_from_its_claim_unless_capped():
     add_step(r, 10, "x = 3")
     acts = r.on_false_claim(15, 25, "Now 88 * 40 = 3120 and", "false", claim, 0.0)
     (rb,) = only(acts, Rollback)
-    assert rb.position == 15 and rb.claim_char == 4  # the step's start, then its claim's char
+    # The step's start, then the character its wrong value begins at: the expression is kept.
+    assert rb.position == 15 and rb.claim_char == 14
     assert only(acts, Note, "backtrack")[0].step == 1 and r.num_backtracks == 1
     assert [s.text for s in r.chain] == ["x = 3"]  # never a step of the chain
     capped = machine()

@@ -9,13 +9,15 @@ the job's events. The decode worker (verdicts from Celery) and `stepwise eval --
 Verify modes (docs/verification.md):
 * `off`: steps are kept unchecked (verdict `unverified`).
 * `async`: each step is sent for checking and decoding goes on; a contradiction rolls the
-  sequence back to the start of the contradicted step, whatever came after it.
+  sequence back to the contradicted claim (a false arithmetic claim to its wrong value) or,
+  when the error is not the claim's own, to the start of its step, whatever came after it.
 * `strict`: the engine pauses the sequence at every step end (`pause_on_step_end`); it resumes
   when the verdict is in.
 A finish (EOS, length) is held by the engine (`pause_on_finish`) until every verdict is in, so
 a late contradiction of the last step can still be undone.
 
-Backtracking: a contradicted step is resampled (from its contradicted claim, or its start)
+Backtracking: a contradicted step is resampled (from its contradicted claim's wrong value,
+the claim, or the step's start)
 with a new seed, up to `max_retries` times, or until it states a claim already refuted again;
 then the step before it is dropped too (once per step); then, or after `max_backtracks` in
 all, or when the same claim is refuted more than `max_repeats` times after that, the job

@@ -68,6 +68,7 @@ from pipeline.reasoning.types import (
 )
 from pipeline.verify.coverage import Tally
 from pipeline.verify.repair import wrong_value_start
+from pipeline.verify.unknowns import ARITHMETIC, IDENTITY
 
 
 @dataclass(slots=True)
@@ -490,7 +491,7 @@ class Reasoner:
 # equation the problem refutes come from the reasoning before the claim: resampling only the
 # claim would guess values (the tiny reasoner rewrote `Answer: 26`'s 26 until it gave up), so
 # those roll the whole step back, as before claims were the unit.
-CLAIM_ROLLBACK_KINDS = ("arithmetic", "identity")
+CLAIM_ROLLBACK_KINDS = (ARITHMETIC, IDENTITY)
 
 
 def _refuted_claim(step: Step) -> str:
@@ -522,6 +523,6 @@ def _first_contradicted(step: Step) -> int | None:
         return None
     first = _first_bad(step)
     a, b = first.span
-    if getattr(first, "kind", "") == "arithmetic":
+    if getattr(first, "kind", "") == ARITHMETIC:
         a += wrong_value_start(step.text[a:b]) or 0
     return a or None

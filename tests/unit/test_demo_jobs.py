@@ -52,6 +52,9 @@ def test_the_summary_shows_each_jobs_contradicted_claims_and_backtracks():
     head, line = job_table([row])
     assert "contr." in head and "backtr." in head and "no claim" in head
     assert line.split()[:9] == ["demo-abc-0", "28", "✓", "2", "1", "1", "2", "0", "2"]
+    # A full-width id and a full-width answer stay two columns.
+    wide = dict(row, id="mo-c92b52-repair-8", answer="x = 4, y = 3")
+    assert job_table([wide])[1].startswith("mo-c92b52-repair-8 x = 4, y =")
 
 
 def test_the_comparison_shows_what_the_mode_gains_over_verification_off():

@@ -7,7 +7,8 @@ contradiction would roll back a right step.
   right side starts from the left side's value and goes on;
 * a division with a remainder: `100 / 3 = 33, with 1 remaining`;
 * a percent sign that labels a number: `100 - 5 = 95%`, `1260 / 3500 * 100 = 36%`,
-  `$7500/75% = $100` (a missed division by 100 is then not caught: consistent, not wrong).
+  `$7500/75% = $100` (a missed division by 100 is then not caught: consistent, not wrong);
+  not where the result is said in the left side's own unit (`1 cup x 100% = 100 cups`).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def as_meant(rel: Relation, after: str, limits: ClaimLimits) -> str:
             return "a running total"
         if _remainder(rel, after, limits):
             return "a division with a remainder"
-        if _percent_label(rel, limits):
+        if _percent_label(rel, limits) and not _counts_after(rel, after):
             return "the % labels a percentage"
     except (ClaimError, ZeroDivisionError):
         return ""
@@ -88,6 +89,20 @@ def _percent_label(rel: Relation, limits: ClaimLimits) -> bool:
         plain = evaluate(_unlabelled(rel.lhs), limits)
         return plain is not None and plain == rel.rhs.value
     return False
+
+
+_WORD = re.compile(r"[A-Za-z]+")
+
+
+def _counts_after(rel: Relation, after: str) -> bool:
+    """`1 cup x 100% = 100 cups`: the result is said in a unit the left side's quantity has,
+    so it is that quantity, not a percentage."""
+    m = re.match(r"\s*([A-Za-z]+)", after)
+    if m is None:
+        return False
+    unit = m.group(1).lower()
+    words = {w.lower() for w in _WORD.findall(rel.text)}
+    return unit in words or (unit.endswith("s") and unit[:-1] in words)
 
 
 def _unlabelled(expr: Expr) -> Expr:

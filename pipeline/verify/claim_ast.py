@@ -94,7 +94,11 @@ class Pow:
 
 Expr = Num | Var | Neg | BinOp | Pow
 
-RELATION_OPS = ("=", "!=", "<", "<=", ">", ">=")
+RELATION_OPS = ("=", "!=", "<", "<=", ">", ">=", "≈")
+# `≈` holds for a rounding at the written value's precision (`1/12 ≈ 0.083`, `3/2 ≈ 2`), or
+# an estimate within a fifth (`987 ≈ 1000`); `1/12 ≈ 0.0595` is false. Only claims without
+# unknowns are read with it (prose.py).
+APPROX_TOLERANCE = Fraction(1, 5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +203,8 @@ def degree(expr: Expr, limits: ClaimLimits = DEFAULT_LIMITS) -> int:
 def holds(lhs: Fraction, op: str, rhs: Fraction) -> bool:
     if op == "=":
         return lhs == rhs
+    if op == "≈":
+        return near(lhs, rhs)
     if op == "!=":
         return lhs != rhs
     if op == "<":
@@ -208,6 +214,16 @@ def holds(lhs: Fraction, op: str, rhs: Fraction) -> bool:
     if op == ">":
         return lhs > rhs
     return lhs >= rhs
+
+
+def near(exact: Fraction, written: Fraction) -> bool:
+    """`exact ≈ written`: within one unit of the written value's last decimal place, or
+    within APPROX_TOLERANCE of it (see RELATION_OPS)."""
+    places = 0
+    while (written * 10**places).denominator != 1 and places < 12:
+        places += 1
+    error = abs(exact - written)
+    return error < Fraction(1, 10**places) or error <= APPROX_TOLERANCE * abs(written)
 
 
 def expr_variables(expr: Expr) -> set[str]:

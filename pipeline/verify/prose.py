@@ -20,6 +20,7 @@ import functools
 import re
 from dataclasses import replace
 
+from pipeline.verify.claim_ast import Expr, expr_variables
 from pipeline.verify.claims import (
     DEFAULT_LIMITS,
     ClaimLimits,
@@ -169,7 +170,7 @@ def _gsm_line(step: str, line: str, offset: int, limits: ClaimLimits) -> list[Fo
 
 def _claims_in(step: str, start: int, end: int, limits: ClaimLimits) -> list[FoundClaim]:
     text = step[start:end]
-    if not any(ch in text for ch in "=<>≤≥≠") and "\\" not in text and not _SAID.search(text):
+    if not any(ch in text for ch in "=<>≤≥≠≈") and "\\" not in text and not _SAID.search(text):
         return []  # no relation, in symbols, LaTeX or words: nothing to read (the fast path)
     tokens = rewrite(tokenize(text, limits.max_digits))
     for t in tokens:
@@ -283,8 +284,12 @@ def _segment_claims(
     last = len(ops) - 1
     for k, op in enumerate(ops):
         left, right = sides[k], sides[k + 1]
-        if op.kind == APPROX or (k == 0 and cut_before) or (k == last and cut_after):
-            continue  # `≈`, "approximately", a side cut short by a word: not a claim
+        if (k == 0 and cut_before) or (k == last and cut_after):
+            continue  # "approximately", a side cut short by a word: not a claim
+        if op.kind == APPROX:
+            if approx := _approximation(step, op, left, right, parsed[k], parsed[k + 1]):
+                out.append(approx)
+            continue  # `~`, `\\sim`, `≈` on unknowns: not a claim
         if not left or not right:
             if (k == 0 and not left) or (k == last and not right):
                 continue  # "= 5" after a word: the other side is prose
@@ -305,7 +310,8 @@ def _segment_claims(
         if op.math == "=" and not last and lone:
             continue  # a lone `3 = 12`: what a word leaves of a relation, not a computation
         converted = converted_relation(left, op.math, right, text, limits)
-        if converted is None and is_conversion(left, right):
+        one_unit = k == 0 and _one_unit_chain(step, sides)
+        if converted is None and is_conversion(left, right) and not one_unit:
             continue  # "4.2 GB = 4.2 * 1000": units converted, not arithmetic
         if names:  # "(3/4)*number of novels": the unknown is called by its words
             pl, pr = renamed(pl, names), renamed(pr, names)  # type: ignore[arg-type]
@@ -313,6 +319,39 @@ def _segment_claims(
         mismatch = dimension_mismatch(left, right) if op.math == "=" else ""
         out.append(FoundClaim(text, (s, e), rel, converted=converted, units_mismatch=mismatch))
     return out
+
+
+_APPROX_OPS = frozenset({"≈", "\\approx"})
+
+
+def _approximation(
+    step: str, op: Token, left: list[Token], right: list[Token], pl: object, pr: object
+) -> FoundClaim | None:
+    """`1/12 ≈ 0.0595`: a computation said to be about a written number is a claim (op `≈`,
+    see claim_ast.RELATION_OPS), when neither side has an unknown or a named quantity. A lone
+    number on the left is a conversion or a restatement (`1 mile ≈ 1.6 km`), not a claim."""
+    if op.math not in _APPROX_OPS or not left or not right or not isinstance(pr, Num):
+        return None
+    if isinstance(pl, Num) or is_conversion(left, right):
+        return None
+    if not isinstance(pl, Expr) or expr_variables(pl) or any(t.name for t in left + right):
+        return None
+    s, e = left[0].start, right[-1].end
+    text = step[s:e].strip()
+    return FoundClaim(text, (s, e), Relation(pl, "≈", pr, text))
+
+
+def _one_unit_chain(step: str, sides: list[list[Token]]) -> bool:
+    """`20 chickens = 20 x 3 = 60 chickens`: a chain that starts a line or a sentence and
+    starts and ends on one number in the same unit converts nothing, so its first link is
+    arithmetic too (false here). Not after words (`2 hours 20 minutes = ...`, `Mario ate 8
+    ounces + Lydia ate 24 ounces = 8 + 24`): there the number ends a longer quantity."""
+    ends = [sides[0], sides[-1]]
+    if len(sides) < 3 or any(len(side) != 1 or side[0].kind != NUM for side in ends):
+        return False
+    if not _LINE_START.search(step, 0, ends[0][0].start):
+        return False
+    return bool(ends[0][0].unit) and ends[0][0].unit.lower() == ends[1][0].unit.lower()
 
 
 def _units_differ(step: str, left: list[Token], right: list[Token]) -> bool:
@@ -324,6 +363,7 @@ def _units_differ(step: str, left: list[Token], right: list[Token]) -> bool:
     return not _GOES_ON.match(step, right[-1].end)
 
 
+_LINE_START = re.compile(r"(?:^|[\n.:;!?])[ \t]*(?:(?:[-*•]|\d+[.)])[ \t]+)?$")
 _GOES_ON = re.compile(r"\s*[A-Za-z]+\s*(?:and\s+)?[0-9]")
 
 

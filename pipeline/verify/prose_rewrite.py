@@ -37,6 +37,8 @@ def rewrite(tokens: list[Token]) -> list[Token]:
     kinds = {t.kind for t in tokens}
     if LP in kinds or SKIP in kinds:  # (the passes below skip what cannot apply: a bare
         tokens = _braces(tokens)  # equation line is the most common step there is)
+        if WORD in kinds:
+            tokens = _word_parentheses(tokens)
     out: list[Token] = []
     line_start = True
     n = len(tokens)
@@ -128,10 +130,14 @@ def _star_is_operator(out: list[Token], star: Token, nxt: Token | None, ahead: l
 
 
 def _x_after_operand(out: list[Token]) -> bool:
-    """A number before `x`, maybe with its unit between (`200 basketballs x (20 / 100)`)."""
+    """A number before `x`, maybe with its unit between (`200 basketballs x (20 / 100)`, `1 cup
+    of dog food x 100%`: up to three words, or four with an `of`)."""
     j = len(out)
-    while j > 0 and j > len(out) - 3 and out[j - 1].kind == WORD:
+    while j > 0 and j > len(out) - 5 and out[j - 1].kind == WORD:
         j -= 1
+    unit = [t.math.lower() for t in out[j:]]
+    if len(unit) > 3 and "of" not in unit[1:-1]:
+        return False
     if j == 0 or not _ends_operand(out[j - 1], allow_var=False):
         return False
     return j == len(out) or out[j - 1].kind == NUM
@@ -155,6 +161,8 @@ def _dash_is_minus(out: list[Token], nxt: Token | None) -> bool:
 def _in_unit(t: Token, before: Token | None) -> bool:
     if t.kind == WORD:
         return True
+    if t.kind == VAR and t.math == "a" and before is not None and before.kind == WORD:
+        return True  # the article of a rate: "5 days a week *"
     # the "/" of "km/hr", tight between two words
     return (
         t.kind == OP
@@ -235,6 +243,46 @@ def _braces(tokens: list[Token]) -> list[Token]:
             continue
         pending = None  # `\\frac{a} b`, `\\text x`: not groups we read
     return [t for t in tokens if t.kind != SKIP]
+
+
+_ASIDE_MARKS = frozenset(",;:'")  # what may stand among an aside's words
+
+
+def _word_parentheses(tokens: list[Token]) -> list[Token]:
+    """An aside in words after an operand (`$20 (for the shirt) + $15`, `4 (the number of
+    girls) + 5 = 11`, `= 10 (total)`) labels the number: dropped, so the arithmetic around it
+    reads. An aside holding a number, an operator or a lone letter, or one written tight
+    against its operand (`3(x)`, `.4(Number of Minutes)`: a product), is not one."""
+    drop: set[int] = set()
+    for i, t in enumerate(tokens):
+        if t.kind != LP or t.math != "(" or i == 0 or not _labels_operand(tokens, i):
+            continue
+        if tokens[i - 1].end == t.start:
+            continue  # `.4(Number of Minutes)`: a coefficient times a named quantity
+        j = i + 1
+        while j < len(tokens) and (
+            tokens[j].kind in (WORD, VAR)
+            or (tokens[j].kind == BREAK and tokens[j].math in _ASIDE_MARKS)
+        ):
+            j += 1
+        inner = tokens[i + 1 : j]
+        if j == len(tokens) or tokens[j].kind != RP or tokens[j].math != ")":
+            continue
+        if not any(x.kind == WORD and len(x.math) > 1 for x in inner):
+            continue
+        follow = tokens[j + 1] if j + 1 < len(tokens) else None
+        if follow is None or follow.kind in (OP, REL, RP, BREAK):
+            drop.update(range(i, j + 1))
+    return [t for k, t in enumerate(tokens) if k not in drop] if drop else tokens
+
+
+def _labels_operand(tokens: list[Token], i: int) -> bool:
+    """`tokens[i]` (an open parenthesis) comes right after an operand, or after a number's
+    one-word unit (`4 girls (in class A) + 5 boys`)."""
+    prev = tokens[i - 1]
+    if _ends_operand(prev, allow_var=True):
+        return True
+    return prev.kind == WORD and i > 1 and tokens[i - 2].kind == NUM
 
 
 def _mixed_numbers(tokens: list[Token]) -> list[Token]:

@@ -48,7 +48,7 @@ _TOKEN = re.compile(
   | (?P<ellipsis>\d+(?:\.\d+)?(?:\.\.\.|…))
   | (?P<factorial>\d+!(?!=))
   | (?P<sup>[⁰¹²³⁴⁵⁶⁷⁸⁹]+)
-  | (?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\d,]\d)|\d+(?:\.\d+)?|\.\d+)
+  | (?P<num>\d{1,3}(?:(?:,|\{,\})\d{3})+(?:\.\d+)?(?![\d,]\d)|\d+(?:\.\d+)?|\.\d+)
   | (?P<latex>\\[A-Za-z]+|\\.)
   | (?P<rel><=|>=|!=|==|=>|->|:=|[=<>≤≥≠≈~→⇒≅≃])
   | (?P<op>\*\*|[-+*/^%×÷−·⋅–—])
@@ -132,7 +132,7 @@ def tokenize(text: str, max_digits: int) -> list[Token]:
         if kind == "space":
             continue
         if kind == "num":
-            digits = v.replace(",", "")
+            digits = v.replace("{,}", "").replace(",", "")  # "1,200", LaTeX's "1{,}200"
             if len(digits) > 1 and digits[0] == "0" and "." not in digits:
                 add(Token(NONARITH, v, s, e))  # "0130 hours", "007": a code or a clock time
             elif len(digits) - ("." in digits) > max_digits:

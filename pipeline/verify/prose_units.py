@@ -120,11 +120,15 @@ def is_unit(t: Token) -> bool:
 
 def _unit_run_end(tokens: list[Token], i: int) -> int:
     """The end of the unit that starts at `tokens[i]`: up to three words with their tails,
-    and a rate (`per day`, `an hour`)."""
+    what they are of (`cup of dog food`), and a rate (`per day`, `an hour`)."""
     n = len(tokens)
     j = _unit_end(tokens, i + 1)
     while j < n and j - i < 3 and is_unit(tokens[j]):
         j = _unit_end(tokens, j + 1)
+    if j + 1 < n and tokens[j].math.lower() == "of" and is_unit(tokens[j + 1]):
+        j += 2
+        while j < n and j - i < 6 and is_unit(tokens[j]):
+            j += 1
     if j + 1 < n and tokens[j].math.lower() in _RATE_WORDS and is_unit(tokens[j + 1]):
         j = _unit_end(tokens, j + 2)  # "16 eggs per day", "$5 an hour"
     return j

@@ -57,8 +57,8 @@ for _word, _values in _IMPLIED.items():
 
 _QUANTITY = re.compile(
     r"""
-    (?P<num>(?<![\w.])(?:(?<=\$)\d{1,3}(?:\ \d{3})+(?![\d,]|\.\d)|\d{1,3}(?:,\d{3})+(?:\.\d+)?
-      |\d+(?:\.\d+)?|\.\d+))
+    (?P<num>(?<![\w.])(?:(?<=\$)\d{1,3}(?:\ \d{3})+(?![\d,]|\.\d)
+      |\d{1,3}(?:(?:,|\{,\})\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+))
       (?:/(?P<den>\d+)(?![\d.]))?
       (?P<pct>\s?%|\s+percent\b)?
   | (?P<stop>[.;:!?\n]|,\s|\b(?:and|but|so|then|which)\b)
@@ -86,7 +86,7 @@ class Quantity:
 
 
 def _digits(text: str) -> Fraction:
-    whole, _, frac = text.replace(",", "").replace(" ", "").partition(".")
+    whole, _, frac = text.replace("{,}", "").replace(",", "").replace(" ", "").partition(".")
     value = int(whole or "0") * 10 ** len(frac) + int(frac or "0")
     return Fraction(value, 10 ** len(frac))
 

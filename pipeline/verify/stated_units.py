@@ -9,9 +9,15 @@ egg *rate*, `$2 per egg` a dollar rate). The claim is judged only when every tex
 both operands stated by the problem in that one unit, and in no other sense anywhere — not
 bare in the problem (`3 times a week`), not with another unit or as a worked-out result in an
 earlier step or this one (`2 + 2 = 4 people` then `$5 x 4`). Never judged: 1 and 2 (the
-multipliers people write most), units of one letter (`4x + y = 13`: a variable), percentages,
-and any product in a job whose texts speak of an area or a grid (`square`, `wide`, `10 ft by
-12 ft`, `rows`, `tiles`, `m²`), where like by like means something.
+multipliers people write most; a 2 times itself is, where no text has a word that could
+make one of them a multiplier: `both`, `twice`, `half`, `round trip`, `and`, `each`), units
+of one letter (`4x + y = 13`: a variable), percentages, and any product in a job whose texts
+speak of an area or a grid (`square`, `wide`, `10 ft by 12 ft`, `rows`, `tiles`, `m²`), where
+like by like means something.
+
+The same trace, with no unit: two terms of one ratio the problem states multiplied together
+(`7 * 11 = 77` for ages in the ratio 7:11, whose terms add to 18 parts), unless a step worked
+one of the values out (`36 / 9 = 4`, then `5 parts x 4`).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from fractions import Fraction
 
 from pipeline.verify.claim_ast import BinOp, Expr, Neg, Num, Pow
 from pipeline.verify.found_claim import FoundClaim
+from pipeline.verify.prose import find_claims
 from pipeline.verify.quantities import quantities
 from pipeline.verify.verdicts import number_text
 
@@ -36,6 +43,15 @@ _RATE = re.compile(
 # 1 multiplies anything; 2 is the multiplier people write most (double, twice, both, a round
 # trip), whatever else the problem stated as 2.
 _MULTIPLIERS = frozenset({Fraction(1), Fraction(2)})
+# ... except a 2 times itself (`2 * 2 = 4` for "2 centimeters every hour") where no word of
+# any text gives a 2 a second sense: `both`, `twice`, `half`, `round trip`, two things joined
+# by `and` (`2 candies on Mondays and Wednesdays`: 2 * 2), `each` (`Tom and Ann each ...`).
+_TWO = Fraction(2)
+_TWO_WORDS = re.compile(
+    r"\b(?:both|round[- ]trips?|each way|there and back|back and forth|twins?|couples?|"
+    r"second|again|doubles?|twice|pairs?|halve[sd]?|half|each|and)\b",
+    re.IGNORECASE,
+)
 # Words that make a quantity times one of its own kind mean something: an area, a grid.
 _AREA = re.compile(
     r"\b(?:squares?|squared|areas?|wide|width|widths|rectangles?|rectangular|sq|acres?|tiles?"
@@ -45,13 +61,36 @@ _AREA = re.compile(
 )
 
 
+# A ratio the problem states (`in the ratio of 7:11`, `3:4:5`): its terms share out a whole,
+# so they add (7 + 11 = 18 parts) and scale; multiplied together they count nothing.
+_RATIO = re.compile(r"(?<![\d.:])(\d+(?:\.\d+)?)(?:\s*:\s*(\d+(?:\.\d+)?))+(?![\d:])")
+_RATIO_WORD = re.compile(r"\bratios?\b", re.IGNORECASE)
+
+
+def _ratio_pairs(problem: str) -> dict[frozenset[Fraction], str]:
+    """Each pair of different terms of one ratio the problem states -> the ratio's text."""
+    if not _RATIO_WORD.search(problem):
+        return {}
+    out: dict[frozenset[Fraction], str] = {}
+    for m in _RATIO.finditer(problem):
+        terms = [Fraction(t.strip()) for t in m.group().split(":")]
+        for i, a in enumerate(terms):
+            for b in terms[i + 1 :]:
+                if a != b:
+                    out[frozenset((a, b))] = m.group()
+    return out
+
+
 class StatedUnits:
     """Value -> the units it was stated with, so far in a job."""
 
     def __init__(self, problem: str = "") -> None:
         self.units: dict[Fraction, set[str]] = {}
         self.areas = False  # a text speaks of an area or a grid: like by like means something
+        self.twos = False  # a text has a word that may stand for a 2 (`both`, `round trip`)
         self._add(problem, bare=True)
+        self.ratios = _ratio_pairs(problem)
+        self.results: set[Fraction] = set()  # values earlier steps worked out (`36 / 9 = 4`)
         # Units are judged as the problem states them: a solution's own quantities multiply
         # legitimately (`15 tiles along * 12 tiles across`, worked out before; `6 * 3 minutes`
         # where 3 minutes is a rate per minute).
@@ -61,9 +100,14 @@ class StatedUnits:
         """A step's numbers count from now on, bare ones too: a value a step worked out (`5 - 1
         = 4` posters) may coincide with one the problem stated in another sense (`$4`)."""
         self._add(text, bare=True)
+        if self.ratios:
+            for claim in find_claims(text):
+                if claim.relation is not None and isinstance(claim.relation.rhs, Num):
+                    self.results.add(claim.relation.rhs.value)
 
     def _add(self, text: str, *, bare: bool) -> None:
         self.areas = self.areas or bool(_AREA.search(text))
+        self.twos = self.twos or bool(_TWO_WORDS.search(text))
         for value, unit in _stated(text, bare):
             self.units.setdefault(value, set()).add(unit)
 
@@ -84,8 +128,17 @@ class StatedUnits:
             if claim.relation is None or claim.alternative:
                 continue
             for a, b in products[i]:
+                ratio = self.ratios.get(frozenset((a, b)))
+                worked_out = {a, b} & self.results or "" in here.get(a, set()) | here.get(b, set())
+                if ratio is not None and not worked_out:
+                    out[i] = (
+                        f"{number_text(a)} and {number_text(b)} are terms of one ratio "
+                        f"({ratio}): multiplied, they count nothing"
+                    )
+                    break
                 unit = _one_unit(self.units.get(a, set()) | here.get(a, set()))
-                if unit is None or _MULTIPLIERS & {a, b}:
+                squares_two = a == b == _TWO and not (self.twos or _TWO_WORDS.search(step))
+                if unit is None or (_MULTIPLIERS & {a, b} and not squares_two):
                     continue
                 if unit != _one_unit(self.units.get(b, set()) | here.get(b, set())):
                     continue

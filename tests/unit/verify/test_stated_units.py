@@ -115,3 +115,41 @@ def test_rates_and_sums_with_units_in_the_claim(step, verdict):
 
 def test_half_a_cup_is_no_rate():
     assert [c.relation for c in find_claims("1/2 a cup = 4 ounces") if c.relation] == []
+
+
+CANDLE = (
+    "A candle melts by 2 centimeters every hour that it burns. How many centimeters shorter "
+    "will a candle be after burning from 1:00 PM to 5:00 PM?"
+)
+AGES = "Darrell and Allen's ages are in the ratio of 7:11. If their total age now is 162, ..."
+
+
+def test_a_two_times_itself_is_judged_where_no_word_makes_a_two():
+    v = Checker((), CANDLE).check("2 * 2 = 4.")
+    assert v.verdict == CONTRADICTED and "counts nothing" in v.claims[0].detail
+    # two things joined by "and", "each", "twice", "half", "both", "round trip": a 2 too
+    for problem in (
+        "On Mondays and Wednesdays, she eats 2 candies a day. How many in a week?",
+        "Tom and Ann each eat 2 apples a day. How many apples a day?",
+        "Jim watches TV for 2 hours and reads for half as long.",
+        "A robe takes 2 bolts of blue fiber and twice as much white fiber.",
+        "The trail is 2 miles each way. How far is the round trip?",
+    ):
+        assert Checker((), problem).check("2 * 2 = 4.").verdict == ENTAILED, problem
+
+
+def test_terms_of_one_ratio_multiplied_count_nothing():
+    v = Checker((), AGES).check("Let me start: 7 * 11 = 77.")
+    assert v.verdict == CONTRADICTED
+    assert "terms of one ratio (7:11)" in v.claims[0].detail
+    assert Checker((), AGES).check("The parts are 7 + 11 = 18.").verdict == ENTAILED
+    # a value a step worked out that equals a term is not the term
+    marbles = "Thirty-six marbles are divided between Mario and Manny in the ratio 4:5."
+    checker = Checker((), marbles)
+    checker.accept("The parts are 4 + 5 = 9, so each part is 36 / 9 = 4 marbles.")
+    assert checker.check("Manny has 5 parts x 4 = 20 marbles.").verdict == ENTAILED
+    # a clock time is no ratio
+    assert (
+        Checker((), "She left at 7:11 and ran 7 laps of 11 minutes.").check("7 * 11 = 77").verdict
+        == ENTAILED
+    )

@@ -28,7 +28,9 @@ _PIECES = st.sampled_from(
      "km/hr", "per day", "dozen", "half", "twice", "three", "twenty-five", "two-thirds",
      "number of novels", "the", "One pair of pants costs", "Tom has", "apples", "is", "of",
      "and", "then", "if", "so", "now", "left", "remaining", ".", ",", ";", "\n", "section",
-     "<<", ">>", "#### ", "\\frac{", "}{", "}", "Step 2:", "with 1 remaining", "in all"]
+     "<<", ">>", "#### ", "\\frac{", "}{", "}", "Step 2:", "with 1 remaining", "in all",
+     " (for the shirt) ", "(girls)", " a week", "cup of dog food", "1{,}200", "≈", "\\approx",
+     "~", "ratio", "7:11", "both", "each"]
 )  # fmt: skip
 WORDY = st.lists(_PIECES, max_size=40).map("".join)
 

@@ -24,6 +24,17 @@ def is_supported(x: torch.Tensor) -> bool:
 
 
 def _check(kernel: str, x: torch.Tensor, dim: int, *others: torch.Tensor) -> None:
+    """Raise KernelArgumentError unless x (and `others`) are as the kernel takes them. Called
+    every layer of every step: the common case is one expression, and no message is built
+    unless one is raised."""
+    if (
+        x.dim() == dim
+        and x.dtype in DTYPES
+        and x.device.type == "cpu"
+        and x.stride(-1) == 1
+        and all(t.dtype == x.dtype and t.device.type == "cpu" and t.stride(-1) == 1 for t in others)
+    ):
+        return
     check(x.dim() == dim, kernel, f"expected a {dim}-D input, got {tuple(x.shape)}")
     check(x.dtype in DTYPES and x.device.type == "cpu", kernel, f"{x.dtype} on {x.device}")
     for t in (x, *others):
@@ -36,7 +47,8 @@ def _rms_norm(x, residual, weight, eps) -> torch.Tensor:
     kernel = "rms_norm_cpu"
     _check(kernel, x, 2, weight, *(() if residual is None else (residual,)))
     t, d = x.shape
-    check(weight.shape == (d,), kernel, f"weight {tuple(weight.shape)} for rows of {d}")
+    if weight.shape != (d,):
+        check(False, kernel, f"weight {tuple(weight.shape)} for rows of {d}")
     check(weight.is_contiguous(), kernel, "weight must be contiguous")
     if residual is not None:
         check(residual.shape == x.shape, kernel, "residual and x differ in shape")
@@ -71,7 +83,8 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     kernel = "silu_and_mul_cpu"
     _check(kernel, x, 2)
     t, n2 = x.shape
-    check(n2 % 2 == 0, kernel, f"odd width {n2}")
+    if n2 % 2:
+        check(False, kernel, f"odd width {n2}")
     out = torch.empty((t, n2 // 2), dtype=x.dtype)
     fn = cpu_build.entry(LIBRARY, "silu_and_mul", x.dtype)
     i64 = ctypes.c_int64
@@ -86,13 +99,15 @@ def rotary(
     kernel = "rotary_cpu"
     t, _, d = q.shape
     cos, sin = cos.reshape(t, d), sin.reshape(t, d)
-    check(d % 2 == 0, kernel, f"odd head_dim {d}")
+    if d % 2:
+        check(False, kernel, f"odd head_dim {d}")
     check(cos.is_contiguous() and sin.is_contiguous(), kernel, "cos and sin must be dense")
     fn = cpu_build.entry(LIBRARY, "rotary", q.dtype)
     i64 = ctypes.c_int64
     for x in (q, k):
         _check(kernel, x, 3, cos, sin)
-        check(x.shape[0] == t and x.shape[2] == d, kernel, f"{tuple(x.shape)} vs {tuple(q.shape)}")
+        if x.shape[0] != t or x.shape[2] != d:
+            check(False, kernel, f"{tuple(x.shape)} vs {tuple(q.shape)}")
         check(x.stride(1) >= d or x.shape[1] == 1, kernel, "heads overlap")
         fn(
             cpu_build.ptr(x), cpu_build.ptr(cos), cpu_build.ptr(sin),

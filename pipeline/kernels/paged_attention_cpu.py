@@ -34,6 +34,47 @@ def is_supported(q: torch.Tensor) -> bool:
     return q.device.type == "cpu" and q.dtype in DTYPES and cpu_build.is_built(LIBRARY)
 
 
+def _well_formed(q, k_cache, v_cache, tables, ctx) -> bool:
+    """Every argument as the kernel takes it, in one expression: called every layer of every
+    step, so no message is built unless `_explain` has one to raise."""
+    if q.dim() != 3 or k_cache.dim() != 4:
+        return False
+    b, h, d = q.shape
+    kvh, d_cache = k_cache.shape[0], k_cache.shape[3]
+    return (
+        v_cache.shape == k_cache.shape
+        and d_cache == d
+        and h % kvh == 0
+        and q.dtype in DTYPES
+        and k_cache.dtype == v_cache.dtype == q.dtype
+        and k_cache.device.type == v_cache.device.type == "cpu"
+        and k_cache.stride(2) == v_cache.stride(2) == d
+        and k_cache.stride(3) == v_cache.stride(3) == q.stride(2) == 1
+        and tables.dim() == 2
+        and tables.shape[0] == b
+        and ctx.shape == (b,)
+    )
+
+
+def _explain(q, k_cache, v_cache, tables, ctx) -> None:
+    """Raise KernelArgumentError for the first argument `_well_formed` refused."""
+    check(q.dim() == 3 and k_cache.dim() == 4, KERNEL, "q must be [B, H, D], caches 4-D")
+    b, h, d = q.shape
+    kvh, _, _, dk = k_cache.shape
+    check(v_cache.shape == k_cache.shape, KERNEL, "k_cache and v_cache differ in shape")
+    check(dk == d and h % kvh == 0, KERNEL, f"q {tuple(q.shape)} vs cache {tuple(k_cache.shape)}")
+    check_dtype(q, KERNEL, "q", DTYPES)
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        check(t.dtype == q.dtype, KERNEL, f"{name} is {t.dtype}, q is {q.dtype}")
+        check(t.device.type == "cpu", KERNEL, f"{name} is on {t.device}")
+        check(t.stride(2) == d, KERNEL, f"{name} rows of head_dim must be dense: {t.stride()}")
+        check_contiguous_last(t, KERNEL, name)
+    check_contiguous_last(q, KERNEL, "q")
+    check(tables.dim() == 2 and tables.shape[0] == b, KERNEL, "block_tables must be [B, blocks]")
+    check(ctx.shape == (b,), KERNEL, "context_lens must be [B]")
+    raise AssertionError("_well_formed and _explain disagree")  # pragma: no cover
+
+
 def paged_decode_attention_cpu(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -49,23 +90,13 @@ def paged_decode_attention_cpu(
     cache or a context longer than its table raises KernelArgumentError, as torch would.
     """
     del workspace  # the kernel reads the cache in place: nothing to gather into
-    check(q.dim() == 3 and k_cache.dim() == 4, KERNEL, "q must be [B, H, D], caches 4-D")
-    b, h, d = q.shape
-    kvh, _, bs, dk = k_cache.shape
-    check(v_cache.shape == k_cache.shape, KERNEL, "k_cache and v_cache differ in shape")
-    check(dk == d and h % kvh == 0, KERNEL, f"q {tuple(q.shape)} vs cache {tuple(k_cache.shape)}")
-    check_dtype(q, KERNEL, "q", DTYPES)
-    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
-        check(t.dtype == q.dtype, KERNEL, f"{name} is {t.dtype}, q is {q.dtype}")
-        check(t.device.type == "cpu", KERNEL, f"{name} is on {t.device}")
-        check(t.stride(2) == d, KERNEL, f"{name} rows of head_dim must be dense: {t.stride()}")
-        check_contiguous_last(t, KERNEL, name)
-    check_contiguous_last(q, KERNEL, "q")
     # No-ops for the engine's int64 tensors.
     tables = block_tables.to(torch.int64).contiguous()
     ctx = context_lens.to(torch.int64).contiguous()
-    check(tables.dim() == 2 and tables.shape[0] == b, KERNEL, "block_tables must be [B, blocks]")
-    check(ctx.shape == (b,), KERNEL, "context_lens must be [B]")
+    if not _well_formed(q, k_cache, v_cache, tables, ctx):
+        _explain(q, k_cache, v_cache, tables, ctx)  # raises, naming what is wrong
+    b, h, d = q.shape
+    kvh, _, bs, _ = k_cache.shape
     out = torch.empty_like(q)
     if b == 0:
         return out

@@ -55,6 +55,11 @@ def test_the_summary_shows_each_jobs_contradicted_claims_and_backtracks():
     # A full-width id and a full-width answer stay two columns.
     wide = dict(row, id="mo-c92b52-repair-8", answer="x = 4, y = 3")
     assert job_table([wide])[1].startswith("mo-c92b52-repair-8 x = 4, y =")
+    # Ids are shown whole, however long: the column is as wide as the longest.
+    ids = ["demo-410929-repair-9", "demo-410929-repair-10"]
+    head, *lines = job_table([dict(row, id=i) for i in ids])
+    assert [line.split()[0] for line in lines] == ids
+    assert len({line.index(" 28 ") for line in lines}) == 1  # the answers line up
 
 
 def test_the_comparison_shows_what_the_mode_gains_over_verification_off():

@@ -173,10 +173,10 @@ class Checker:
         """
         self.num_accepted += 1
         try:
-            self.grounding.add(step)
-            self.units.add(step)
-            self.bindings.accept(step, f"step {self.num_accepted}")
             found = find_claims(step, self.limits, self.answer_var)
+            self.grounding.add(step)
+            self.units.add(step, found)  # the claims read once, not again with default limits
+            self.bindings.accept(step, f"step {self.num_accepted}")
             stated = [c for c in found if not c.alternative and c.relation is not None]
             symbolic = [
                 c.relation for c in stated

@@ -96,12 +96,13 @@ class StatedUnits:
         # where 3 minutes is a rate per minute).
         self.problem_units = {v: frozenset(u) for v, u in self.units.items()}
 
-    def add(self, text: str) -> None:
+    def add(self, text: str, found: tuple[FoundClaim, ...] | None = None) -> None:
         """A step's numbers count from now on, bare ones too: a value a step worked out (`5 - 1
-        = 4` posters) may coincide with one the problem stated in another sense (`$4`)."""
+        = 4` posters) may coincide with one the problem stated in another sense (`$4`).
+        `found`: the step's claims, where the caller has read them already."""
         self._add(text, bare=True)
         if self.ratios:
-            for claim in find_claims(text):
+            for claim in find_claims(text) if found is None else found:
                 if claim.relation is not None and isinstance(claim.relation.rhs, Num):
                     self.results.add(claim.relation.rhs.value)
 

@@ -18,15 +18,23 @@ like by like means something.
 The same trace, with no unit: two terms of one ratio the problem states multiplied together
 (`7 * 11 = 77` for ages in the ratio 7:11, whose terms add to 18 parts), unless a step worked
 one of the values out (`36 / 9 = 4`, then `5 parts x 4`).
+
+And two more of its kind. A multiplier the problem states once, applied to itself (`10 * 10`
+for "10 times as many copies"), unless the problem applies it again and again (`each layer has
+three times as many as the one above`) or a step worked the value out anew; a count or a rate
+times itself is not judged (3 people on tricycles, 3 wheels each). Two rates the problem states
+per the same span of time multiplied (`10 * 6` for "10 miles per hour" and "back at 6 mph"):
+the product is per that span squared. `x * 1 = x` works nothing out.
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterator
 from fractions import Fraction
 
-from pipeline.verify.claim_ast import BinOp, Expr, Neg, Num, Pow
+from pipeline.verify.claim_ast import BinOp, Expr, Neg, Num, Pow, Relation
 from pipeline.verify.found_claim import FoundClaim
 from pipeline.verify.prose import find_claims
 from pipeline.verify.quantities import quantities
@@ -59,6 +67,20 @@ _AREA = re.compile(
     r"|\d\s*(?:[a-z]+\s+)?by\s*\d",
     re.IGNORECASE,
 )
+
+# A rate per a span of time (`60 miles a week`, `3 days a week`, `6 mph`): two rates per the
+# same span multiplied (miles a week * days a week) count nothing either.
+_PER_TIME = re.compile(
+    r"\s*(?:[A-Za-z-]+\s+(?:per|every|each|a|an)|per|every|each)\s+"
+    r"(second|minute|hour|day|week|month|year)s?\b",
+    re.IGNORECASE,
+)
+_PER_HOUR_UNITS = frozenset({"mph", "kph", "kmh"})
+# `10 times as many`: a multiplier, applied once (`each layer has three times as many as the
+# one above` applies it again and again).
+_TIMES = re.compile(r"\s+times\b(?!\s+(?:a|an|per|every|each)\b)", re.IGNORECASE)
+_REPEATED = re.compile(r"\b(?:each|every|per)\b", re.IGNORECASE)
+_SENTENCE = re.compile(r"[^.!?]*[.!?]?")
 
 
 # A ratio the problem states (`in the ratio of 7:11`, `3:4:5`): its terms share out a whole,
@@ -95,16 +117,30 @@ class StatedUnits:
         # legitimately (`15 tiles along * 12 tiles across`, worked out before; `6 * 3 minutes`
         # where 3 minutes is a rate per minute).
         self.problem_units = {v: frozenset(u) for v, u in self.units.items()}
+        stated = quantities(problem)
+        self.times_stated = Counter(q.values[0] for q in stated)
+        for word in re.findall(r"\b([A-Za-z]+)-[A-Za-z]", problem):  # `three-eyed`, not read
+            for q in quantities(word):
+                self.times_stated[q.values[0]] += 1
+        self.rates: dict[Fraction, set[str]] = {}  # value -> the spans of time it is a rate per
+        self.multipliers: set[Fraction] = set()  # stated as `10 times as many`
+        for q in stated:
+            per = _PER_TIME.match(problem, q.span[1])
+            span = per.group(1).lower() if per else "hour" if q.unit in _PER_HOUR_UNITS else ""
+            self.rates.setdefault(q.values[0], set()).add(span)
+            sentence = _SENTENCE.match(problem, problem.rfind(".", 0, q.span[0]) + 1)
+            once = not _REPEATED.search(sentence.group() if sentence else "")
+            if once and _TIMES.match(problem, q.span[1]):
+                self.multipliers.add(q.values[0])
 
     def add(self, text: str, found: tuple[FoundClaim, ...] | None = None) -> None:
         """A step's numbers count from now on, bare ones too: a value a step worked out (`5 - 1
         = 4` posters) may coincide with one the problem stated in another sense (`$4`).
         `found`: the step's claims, where the caller has read them already."""
         self._add(text, bare=True)
-        if self.ratios:
-            for claim in find_claims(text) if found is None else found:
-                if claim.relation is not None and isinstance(claim.relation.rhs, Num):
-                    self.results.add(claim.relation.rhs.value)
+        for claim in find_claims(text) if found is None else found:
+            if claim.relation is not None and _works_out(claim.relation):
+                self.results.add(claim.relation.rhs.value)
 
     def _add(self, text: str, *, bare: bool) -> None:
         self.areas = self.areas or bool(_AREA.search(text))
@@ -137,6 +173,10 @@ class StatedUnits:
                         f"({ratio}): multiplied, they count nothing"
                     )
                     break
+                why = self._squares(a, b, here) or self._same_span_rates(a, b, here)
+                if why:
+                    out[i] = why
+                    break
                 unit = _one_unit(self.units.get(a, set()) | here.get(a, set()))
                 squares_two = a == b == _TWO and not (self.twos or _TWO_WORDS.search(step))
                 if unit is None or (_MULTIPLIERS & {a, b} and not squares_two):
@@ -149,10 +189,45 @@ class StatedUnits:
                         f"{unit} x {unit} counts nothing"
                     )
                     break
-            for side in (claim.relation.lhs, claim.relation.rhs):  # worked out in this step
-                if isinstance(side, Num):
-                    here.setdefault(side.value, set()).add("")
+            if _works_out(claim.relation):  # worked out in this step
+                here.setdefault(claim.relation.rhs.value, set()).add("")
+            if isinstance(claim.relation.lhs, Num):
+                here.setdefault(claim.relation.lhs.value, set()).add("")
         return out
+
+    def _squares(self, a: Fraction, b: Fraction, here: dict[Fraction, set[str]]) -> str:
+        """A number times itself where the problem states it once and nothing worked it out
+        again (`10 * 10` for "10 times as many", `4 * 4` for "four vacations a year"); 1 and
+        2 are judged apart (a 2 may be a `both`)."""
+        if a != b or a in _MULTIPLIERS or self.times_stated[a] != 1:
+            return ""
+        if a not in self.multipliers:
+            # a count or a rate may meet itself through what the problem implies: 3 people on
+            # tricycles (3 wheels), $12 a month for 12 months, 60 words a minute for an hour
+            return ""
+        if a in self.results or "" in here.get(a, set()):
+            return ""
+        return f"{number_text(a)} times itself: the problem states {number_text(a)} once"
+
+    def _same_span_rates(self, a: Fraction, b: Fraction, here: dict[Fraction, set[str]]) -> str:
+        """Two rates the problem states per the same span of time, multiplied (`60 miles a
+        week * 3 days a week`): the product is per that span squared."""
+        if a == b or _MULTIPLIERS & {a, b} or {a, b} & self.results:
+            return ""
+        spans = [self.rates.get(v, set()) for v in (a, b)]
+        if any(len(s) != 1 or s == {""} for s in spans) or spans[0] != spans[1]:
+            return ""
+        units = [self.problem_units.get(v, frozenset()) for v in (a, b)]
+        for v, u in zip((a, b), units, strict=True):  # stated in one sense, in every text
+            if len(u) != 1 or self.units.get(v, set()) | here.get(v, set()) != set(u):
+                return ""
+        if units[0] == units[1]:
+            return ""  # like by like: judged below
+        (span,) = spans[0]
+        return (
+            f"{number_text(a)} and {number_text(b)} are both stated per {span}: multiplied, "
+            f"they count nothing"
+        )
 
 
 def _stated(text: str, bare: bool) -> Iterator[tuple[Fraction, str]]:
@@ -162,6 +237,19 @@ def _stated(text: str, bare: bool) -> Iterator[tuple[Fraction, str]]:
         if q.unit or bare:
             rate = q.unit and _RATE.match(text, q.span[1])
             yield q.values[0], q.unit + (" rate" if rate else "")
+
+
+def _works_out(relation: Relation) -> bool:
+    """Whether a claim works a new value out: `= number`, not a restatement (`10 * 1 = 10`)."""
+    if not isinstance(relation.rhs, Num):
+        return False
+    lhs = relation.lhs
+    if isinstance(lhs, BinOp) and lhs.op in "*/":
+        ones = [x for x in (lhs.left, lhs.right) if isinstance(x, Num) and x.value == 1]
+        if ones and (lhs.op == "*" or lhs.right is ones[0]):
+            other = lhs.right if lhs.left is ones[0] else lhs.left
+            return not (isinstance(other, Num) and other.value == relation.rhs.value)
+    return True
 
 
 def _one_unit(units: set[str]) -> str | None:

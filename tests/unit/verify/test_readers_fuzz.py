@@ -30,7 +30,7 @@ _PIECES = st.sampled_from(
      "and", "then", "if", "so", "now", "left", "remaining", ".", ",", ";", "\n", "section",
      "<<", ">>", "#### ", "\\frac{", "}{", "}", "Step 2:", "with 1 remaining", "in all",
      " (for the shirt) ", "(girls)", " a week", "cup of dog food", "1{,}200", "≈", "\\approx",
-     "~", "ratio", "7:11", "both", "each"]
+     "~", "ratio", "7:11", "both", "each", " times as many", " mph", "three-eyed", "every"]
 )  # fmt: skip
 WORDY = st.lists(_PIECES, max_size=40).map("".join)
 

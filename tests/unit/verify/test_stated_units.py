@@ -4,6 +4,8 @@ true arithmetic that counts nothing, and is contradicted; what people write righ
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import pytest
 
 from pipeline.verify.checker import CONTRADICTED, ENTAILED, Checker
@@ -153,3 +155,63 @@ def test_terms_of_one_ratio_multiplied_count_nothing():
         Checker((), "She left at 7:11 and ran 7 laps of 11 minutes.").check("7 * 11 = 77").verdict
         == ENTAILED
     )
+
+
+RECORDS = (
+    "Marilyn's first record sold 10 times as many copies as Harald's. They sold 88,000 copies."
+)
+SHIP = "Tom's ship travels at 10 miles per hour from 1 to 4 PM. He then travels back at 6 mph."
+
+
+def test_a_multiplier_the_problem_states_once_times_itself_counts_nothing():
+    v = Checker((), RECORDS).check("Let me start: $10 \\times 10 = 100$.")
+    assert v.verdict == CONTRADICTED and "10 times itself" in v.claims[0].detail
+    dana = "Dana can run four times faster than she can walk. She skips at 3 miles per hour."
+    assert Checker((), dana).check("- 4 * 4 = 16").verdict == CONTRADICTED
+    for problem, step in (
+        # applied again and again: each layer three times the one above
+        ("Each layer has three times as many blocks as the layer above. The top has 1.",
+         "There are 3 * 3 = 9 blocks in the third layer."),
+        # stated twice (`three-eyed` too): the second may be the other one
+        ("Jan's three-eyed lizard has 3 times more wrinkles than eyes.", "3*3=9 wrinkles"),
+        # a count or a rate meets itself through what the problem implies
+        ("3 people came by to get all their tricycle tires inflated.", "3 times 3 equals 9"),
+        ("The gym costs $12 per month. What does a year cost?", "$12 * 12 months = $144"),
+        ("Emily can type 60 words per minute.", "60 words * 60 minutes = 3600 words"),
+    ):  # fmt: skip
+        assert Checker((), problem).check(step).verdict == ENTAILED, problem
+    # worked out again by a step: no longer the problem's multiplier
+    checker = Checker((), RECORDS)
+    checker.accept("Harald sold 88,000 / 11 = 8,000, so 100 / 10 = 10 records a day.")
+    assert checker.check("Then 10 * 10 = 100.").verdict == ENTAILED
+
+
+def test_two_rates_per_the_same_span_of_time_multiplied_count_nothing():
+    v = Checker((), SHIP).check("To begin, 10 * 1 = 10. Which means $10 \\times 6 = 60$.")
+    assert v.verdict == CONTRADICTED
+    assert "10 and 6 are both stated per hour" in v.claims[-1].detail
+    assert (
+        Checker((), SHIP).check("It takes 4 - 1 = 3 hours, so 10 * 3 = 30 miles.").verdict
+        == ENTAILED
+    )
+    for problem, step in (
+        # per different spans: $ an hour by hours a day is dollars a day
+        ("He earns $15 an hour and works 8 hours a day.", "15 * 8 = $120"),
+        # half an hour is a duration, not a rate
+        ("James drives 30 mph for half an hour.", "His first drive was 30*.5=15 miles"),
+        # a value a step worked out that equals a rate is no longer the rate
+        ("John drives 20 miles to work each way 5 days a week, and 40 miles a week for fun.",
+         "So he drives 40*5=200 miles for work"),
+    ):  # fmt: skip
+        checker = Checker((), problem)
+        if "40*5" in step:
+            checker.accept("He drives 20 * 2 = 40 miles a day.")
+        assert checker.check(step).verdict == ENTAILED, problem
+
+
+def test_a_product_with_one_restates_and_works_nothing_out():
+    units = StatedUnits("He goes on four vacations a year.")
+    units.add("1 * 4 = 4, and 4 / 1 = 4.")
+    assert units.results == set()
+    units.add("4 + 4 = 8, and 8 * 1 = 9.")
+    assert units.results == {Fraction(8), Fraction(9)}

@@ -24,7 +24,9 @@ for "10 times as many copies"), unless the problem applies it again and again (`
 three times as many as the one above`) or a step worked the value out anew; a count or a rate
 times itself is not judged (3 people on tricycles, 3 wheels each). Two rates the problem states
 per the same span of time multiplied (`10 * 6` for "10 miles per hour" and "back at 6 mph"):
-the product is per that span squared. `x * 1 = x` works nothing out.
+the product is per that span squared. `x * 1 = x` works nothing out. A value multiplied by
+the number of times the problem states it counts its groups (`3 pairs of shorts, 3 pairs of
+pants, and 3 pairs of shoes`: 3 * 3 = 9 pairs), and is not judged.
 """
 
 from __future__ import annotations
@@ -183,6 +185,8 @@ class StatedUnits:
                     continue
                 if unit != _one_unit(self.units.get(b, set()) | here.get(b, set())):
                     continue
+                if self.times_stated[a] == b or self.times_stated[b] == a:
+                    continue  # `3 pairs of shorts, 3 pairs of pants, 3 pairs of shoes`: 3 * 3
                 if self.problem_units.get(a) == self.problem_units.get(b) == {unit}:
                     out[i] = (
                         f"{number_text(a)} and {number_text(b)} were both stated in {unit}: "

@@ -215,3 +215,13 @@ def test_a_product_with_one_restates_and_works_nothing_out():
     assert units.results == set()
     units.add("4 + 4 = 8, and 8 * 1 = 9.")
     assert units.results == {Fraction(8), Fraction(9)}
+
+
+def test_a_value_stated_as_many_times_as_it_is_multiplied_by_is_a_count_of_its_groups():
+    mishka = (
+        "Mishka bought 3 pairs of shorts, 3 pairs of pants, and 3 pairs of shoes. One pair of "
+        "shorts costs $16.50. How many dollars did Mishka spend?"
+    )
+    assert Checker((), mishka).check("First, 3 * 3 = 9 pairs.").verdict == ENTAILED
+    two_kinds = "Mishka bought 3 pairs of shorts and 3 pairs of pants."
+    assert Checker((), two_kinds).check("First, 3 * 3 = 9.").verdict == CONTRADICTED

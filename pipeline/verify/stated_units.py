@@ -39,7 +39,7 @@ from fractions import Fraction
 from pipeline.verify.claim_ast import BinOp, Expr, Neg, Num, Pow, Relation
 from pipeline.verify.found_claim import FoundClaim
 from pipeline.verify.prose import find_claims
-from pipeline.verify.quantities import quantities
+from pipeline.verify.quantities import Quantity, quantities
 from pipeline.verify.verdicts import number_text
 
 _NOT_COUNTS = frozenset({"", "percent"})
@@ -112,14 +112,14 @@ class StatedUnits:
         self.units: dict[Fraction, set[str]] = {}
         self.areas = False  # a text speaks of an area or a grid: like by like means something
         self.twos = False  # a text has a word that may stand for a 2 (`both`, `round trip`)
-        self._add(problem, bare=True)
+        stated = quantities(problem)
+        self._add(problem, bare=True, read=stated)
         self.ratios = _ratio_pairs(problem)
         self.results: set[Fraction] = set()  # values earlier steps worked out (`36 / 9 = 4`)
         # Units are judged as the problem states them: a solution's own quantities multiply
         # legitimately (`15 tiles along * 12 tiles across`, worked out before; `6 * 3 minutes`
         # where 3 minutes is a rate per minute).
         self.problem_units = {v: frozenset(u) for v, u in self.units.items()}
-        stated = quantities(problem)
         self.times_stated = Counter(q.values[0] for q in stated)
         for word in re.findall(r"\b([A-Za-z]+)-[A-Za-z]", problem):  # `three-eyed`, not read
             for q in quantities(word):
@@ -130,10 +130,10 @@ class StatedUnits:
             per = _PER_TIME.match(problem, q.span[1])
             span = per.group(1).lower() if per else "hour" if q.unit in _PER_HOUR_UNITS else ""
             self.rates.setdefault(q.values[0], set()).add(span)
-            sentence = _SENTENCE.match(problem, problem.rfind(".", 0, q.span[0]) + 1)
-            once = not _REPEATED.search(sentence.group() if sentence else "")
-            if once and _TIMES.match(problem, q.span[1]):
-                self.multipliers.add(q.values[0])
+            if _TIMES.match(problem, q.span[1]):
+                sentence = _SENTENCE.match(problem, problem.rfind(".", 0, q.span[0]) + 1)
+                if not _REPEATED.search(sentence.group() if sentence else ""):
+                    self.multipliers.add(q.values[0])
 
     def add(self, text: str, found: tuple[FoundClaim, ...] | None = None) -> None:
         """A step's numbers count from now on, bare ones too: a value a step worked out (`5 - 1
@@ -144,10 +144,10 @@ class StatedUnits:
             if claim.relation is not None and _works_out(claim.relation):
                 self.results.add(claim.relation.rhs.value)
 
-    def _add(self, text: str, *, bare: bool) -> None:
+    def _add(self, text: str, *, bare: bool, read: tuple[Quantity, ...] | None = None) -> None:
         self.areas = self.areas or bool(_AREA.search(text))
         self.twos = self.twos or bool(_TWO_WORDS.search(text))
-        for value, unit in _stated(text, bare):
+        for value, unit in _stated(text, bare, read):
             self.units.setdefault(value, set()).add(unit)
 
     def squared(self, step: str, found: tuple[FoundClaim, ...]) -> dict[int, str]:
@@ -234,10 +234,12 @@ class StatedUnits:
         )
 
 
-def _stated(text: str, bare: bool) -> Iterator[tuple[Fraction, str]]:
+def _stated(
+    text: str, bare: bool, read: tuple[Quantity, ...] | None = None
+) -> Iterator[tuple[Fraction, str]]:
     """Each number of `text` with its unit (`egg rate` for `16 eggs per day`); bare numbers
     (unit "") only when asked for."""
-    for q in quantities(text):
+    for q in quantities(text) if read is None else read:
         if q.unit or bare:
             rate = q.unit and _RATE.match(text, q.span[1])
             yield q.values[0], q.unit + (" rate" if rate else "")

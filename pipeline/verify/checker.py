@@ -192,6 +192,7 @@ class Checker:
         """A step that stays in the text although it is not accepted (a contradicted step
         `stepwise verify` reads on past): its numbers were stated, its claims are not known."""
         self.grounding.add(step)
+        self.units.said(step)
 
     # ---- internals ---------------------------------------------------------------------------
 

@@ -26,7 +26,11 @@ times itself is not judged (3 people on tricycles, 3 wheels each). Two rates the
 per the same span of time multiplied (`10 * 6` for "10 miles per hour" and "back at 6 mph"):
 the product is per that span squared. `x * 1 = x` works nothing out. A value multiplied by
 the number of times the problem states it counts its groups (`3 pairs of shorts, 3 pairs of
-pants, and 3 pairs of shoes`: 3 * 3 = 9 pairs), and is not judged.
+pants, and 3 pairs of shoes`: 3 * 3 = 9 pairs), and is not judged. A number stated nowhere
+and never with a unit, times itself (`5 * 5` in a problem with no 5), counts nothing; nor
+does a fraction's numerator the problem never states alone, times a number it states (`2 *
+200` for "2/5 of the 200 students": the top of the fraction taken for the fraction), unless
+a word makes a 2 by itself (`to and from`, `twice`, `both`).
 """
 
 from __future__ import annotations
@@ -60,6 +64,12 @@ _TWO = Fraction(2)
 _TWO_WORDS = re.compile(
     r"\b(?:both|round[- ]trips?|each way|there and back|back and forth|twins?|couples?|"
     r"second|again|doubles?|twice|pairs?|halve[sd]?|half|each|and)\b",
+    re.IGNORECASE,
+)
+# Words that are a 2 by themselves (`and` and `each` make one only of two things joined).
+_ROUND_TRIP = re.compile(
+    r"\b(?:both|round[- ]trips?|each way|there and back|back and forth|to and from|twins?|"
+    r"couples?|doubles?|twice|pairs?|halve[sd]?|half)\b",
     re.IGNORECASE,
 )
 # Words that make a quantity times one of its own kind mean something: an area, a grid.
@@ -112,6 +122,7 @@ class StatedUnits:
         self.units: dict[Fraction, set[str]] = {}
         self.areas = False  # a text speaks of an area or a grid: like by like means something
         self.twos = False  # a text has a word that may stand for a 2 (`both`, `round trip`)
+        self.round_trips = False  # ... a word that is a 2 by itself (not `and`, `each`)
         stated = quantities(problem)
         self._add(problem, bare=True, read=stated)
         self.ratios = _ratio_pairs(problem)
@@ -126,6 +137,7 @@ class StatedUnits:
                 self.times_stated[q.values[0]] += 1
         self.rates: dict[Fraction, set[str]] = {}  # value -> the spans of time it is a rate per
         self.multipliers: set[Fraction] = set()  # stated as `10 times as many`
+        self.numerators = _numerators_only(stated)  # 2 of `2/5 are boys`, and no other 2
         for q in stated:
             per = _PER_TIME.match(problem, q.span[1])
             span = per.group(1).lower() if per else "hour" if q.unit in _PER_HOUR_UNITS else ""
@@ -144,9 +156,15 @@ class StatedUnits:
             if claim.relation is not None and _works_out(claim.relation):
                 self.results.add(claim.relation.rhs.value)
 
+    def said(self, text: str) -> None:
+        """A step that stays in the text although it is not accepted: its numbers were said
+        (`3 x 7 = 24 days`, then `24 x 24 = 576 hours`), its results are not known."""
+        self._add(text, bare=True)
+
     def _add(self, text: str, *, bare: bool, read: tuple[Quantity, ...] | None = None) -> None:
         self.areas = self.areas or bool(_AREA.search(text))
         self.twos = self.twos or bool(_TWO_WORDS.search(text))
+        self.round_trips = self.round_trips or bool(_ROUND_TRIP.search(text))
         for value, unit in _stated(text, bare, read):
             self.units.setdefault(value, set()).add(unit)
 
@@ -175,7 +193,11 @@ class StatedUnits:
                         f"({ratio}): multiplied, they count nothing"
                     )
                     break
-                why = self._squares(a, b, here) or self._same_span_rates(a, b, here)
+                why = (
+                    self._squares(a, b, here)
+                    or self._same_span_rates(a, b, here)
+                    or self._numerator(claim.relation, here, step)
+                )
                 if why:
                     out[i] = why
                     break
@@ -203,6 +225,13 @@ class StatedUnits:
         """A number times itself where the problem states it once and nothing worked it out
         again (`10 * 10` for "10 times as many", `4 * 4` for "four vacations a year"); 1 and
         2 are judged apart (a 2 may be a `both`)."""
+        # (a job whose problem states no number states nothing: `9*9=81` asked bare)
+        if a == b and a not in _MULTIPLIERS and self.times_stated and not self.times_stated[a]:
+            # stated nowhere, worked out nowhere, never with a unit (`60 seconds in a minute`
+            # and `60 minutes in an hour` make 60 * 60 a conversion): a number from nowhere
+            said = self.units.get(a, set()) | here.get(a, set())
+            if a not in self.results and not said:
+                return f"{number_text(a)} times itself: {number_text(a)} is stated nowhere"
         if a != b or a in _MULTIPLIERS or self.times_stated[a] != 1:
             return ""
         if a not in self.multipliers:
@@ -212,6 +241,30 @@ class StatedUnits:
         if a in self.results or "" in here.get(a, set()):
             return ""
         return f"{number_text(a)} times itself: the problem states {number_text(a)} once"
+
+    def _numerator(self, relation: Relation, here: dict[Fraction, set[str]], step: str) -> str:
+        """A product of a number the problem states and a numerator of a fraction it states,
+        a numerator it never states alone (`2 * 200` for "2/5 of the 200 students"): the
+        fraction's top taken for the fraction. Only a whole claim `a * b = c`: `10 * 2 / 3`
+        takes two thirds the long way round. (`10 * 2 = 20` alone, then `20 / 3`, would be
+        judged; none of GSM8K's 7,473 train references writes it so.)"""
+        lhs = relation.lhs
+        if not (isinstance(lhs, BinOp) and lhs.op == "*" and isinstance(relation.rhs, Num)):
+            return ""
+        if not (isinstance(lhs.left, Num) and isinstance(lhs.right, Num)):
+            return ""
+        for k, n in ((lhs.left.value, lhs.right.value), (lhs.right.value, lhs.left.value)):
+            if k not in self.numerators or {k, n} & self.results or "" in here.get(k, set()):
+                continue
+            if n not in self.problem_units or k == n:
+                continue
+            if k == _TWO and (self.round_trips or _ROUND_TRIP.search(step)):
+                continue  # a 2 of a round trip, a pair, a double
+            return (
+                f"{number_text(k)} is stated only as a fraction's numerator: {number_text(k)} "
+                f"times {number_text(n)} counts nothing"
+            )
+        return ""
 
     def _same_span_rates(self, a: Fraction, b: Fraction, here: dict[Fraction, set[str]]) -> str:
         """Two rates the problem states per the same span of time, multiplied (`60 miles a
@@ -243,6 +296,21 @@ def _stated(
         if q.unit or bare:
             rate = q.unit and _RATE.match(text, q.span[1])
             yield q.values[0], q.unit + (" rate" if rate else "")
+
+
+def _numerators_only(stated: tuple[Quantity, ...]) -> set[Fraction]:
+    """Numerators (2 and up) of the fractions among `stated` that no other number states: not
+    a whole number, not a denominator (`2/5 ... 2/3`: 2; `2 boys, 2/5`: none)."""
+    tops: set[Fraction] = set()
+    others: set[Fraction] = set()
+    for q in stated:
+        frac, *parts = q.values
+        if len(parts) == 2 and parts[0] >= 2 and frac * parts[1] == parts[0]:
+            tops.add(parts[0])
+            others.add(parts[1])
+        else:
+            others.update(q.values)
+    return tops - others
 
 
 def _works_out(relation: Relation) -> bool:

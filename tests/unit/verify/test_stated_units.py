@@ -225,3 +225,39 @@ def test_a_value_stated_as_many_times_as_it_is_multiplied_by_is_a_count_of_its_g
     assert Checker((), mishka).check("First, 3 * 3 = 9 pairs.").verdict == ENTAILED
     two_kinds = "Mishka bought 3 pairs of shorts and 3 pairs of pants."
     assert Checker((), two_kinds).check("First, 3 * 3 = 9.").verdict == CONTRADICTED
+
+
+def test_a_fraction_s_numerator_taken_for_the_fraction_counts_nothing():
+    scouts = "Out of the 200 students, 2/5 are boys and 2/3 of the girls are in the girl scout."
+    v = Checker((), scouts).check("First, $2 \\times 200 = 400$.")
+    assert v.verdict == CONTRADICTED and "only as a fraction's numerator" in v.claims[0].detail
+    drink = "I have 10 liters of orange drink that are two-thirds water."
+    assert Checker((), drink).check("10 * 2 = 20.").verdict == CONTRADICTED
+    for problem, step in (
+        # the fraction the long way round, in one expression
+        (scouts, "The boys are 200 * 2 / 5 = 80."),
+        # a 2 of a round trip: to and from work
+        ("He has 2/3 of a tank left after he drives to and from work, 10 miles away.",
+         "He drove 2 x 10 = 20 miles."),
+        # the numerator stated alone too, or as a denominator: not only a numerator
+        ("She has 2 cats and 2/3 of a bag of food.", "2 * 3 = 6"),
+        ("A quarter of the 20 apples are red.", "20 * 4 = 80"),  # a quarter is no numerator
+    ):  # fmt: skip
+        assert Checker((), problem).check(step).verdict != CONTRADICTED, (problem, step)
+
+
+def test_a_number_stated_nowhere_times_itself_counts_nothing():
+    laundry = "Sarah does 4 times as much laundry as David. Sarah does 400 pounds of laundry."
+    v = Checker((), laundry).check("Let me start: $5 \\times 5 = 25$.")
+    assert v.verdict == CONTRADICTED and "5 is stated nowhere" in v.claims[0].detail
+    # a conversion a step states: 60 seconds in a minute, 60 minutes in an hour
+    josh = "The device records the temperature every 5 seconds for one hour."
+    step = "There are 60 minutes in an hour and 60 seconds in a minute, so 60*60 = 3600 seconds."
+    assert Checker((), josh).check(step).verdict == ENTAILED
+    # a problem with no number states nothing; a value said in an earlier step, even one not
+    # accepted (3 x 7 = 24 days, contradicted), is said
+    assert Checker((), "Check your multiplication table.").check("9*9=81").verdict == ENTAILED
+    weeks = Checker((), "How many hours are in 3 weeks?")
+    assert weeks.check("3 × 7 = 24 days.").verdict == CONTRADICTED
+    weeks.said("3 × 7 = 24 days.")
+    assert weeks.check("24 × 24 = 576 hours.").verdict == ENTAILED

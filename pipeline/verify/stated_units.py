@@ -246,8 +246,9 @@ class StatedUnits:
         """A product of a number the problem states and a numerator of a fraction it states,
         a numerator it never states alone (`2 * 200` for "2/5 of the 200 students"): the
         fraction's top taken for the fraction. Only a whole claim `a * b = c`: `10 * 2 / 3`
-        takes two thirds the long way round. (`10 * 2 = 20` alone, then `20 / 3`, would be
-        judged; none of GSM8K's 7,473 train references writes it so.)"""
+        takes two thirds the long way round, and so does `200 x 2 = 400` in a step that
+        divides by the 5 (`400 / 5 = 80`). (`10 * 2 = 20` alone, then `20 / 3` in the next
+        step, would be judged; none of GSM8K's 7,473 train references writes it so.)"""
         lhs = relation.lhs
         if not (isinstance(lhs, BinOp) and lhs.op == "*" and isinstance(relation.rhs, Num)):
             return ""
@@ -260,6 +261,8 @@ class StatedUnits:
                 continue
             if k == _TWO and (self.round_trips or _ROUND_TRIP.search(step)):
                 continue  # a 2 of a round trip, a pair, a double
+            if self.numerators[k] & {q.values[0] for q in quantities(step)}:
+                continue  # the step divides by the fraction's bottom too: the long way round
             return (
                 f"{number_text(k)} is stated only as a fraction's numerator: {number_text(k)} "
                 f"times {number_text(n)} counts nothing"
@@ -298,19 +301,20 @@ def _stated(
             yield q.values[0], q.unit + (" rate" if rate else "")
 
 
-def _numerators_only(stated: tuple[Quantity, ...]) -> set[Fraction]:
-    """Numerators (2 and up) of the fractions among `stated` that no other number states: not
-    a whole number, not a denominator (`2/5 ... 2/3`: 2; `2 boys, 2/5`: none)."""
-    tops: set[Fraction] = set()
+def _numerators_only(stated: tuple[Quantity, ...]) -> dict[Fraction, set[Fraction]]:
+    """Numerators (2 and up) of the fractions among `stated` that no other number states (not
+    a whole number, not a denominator: `2/5 ... 2/3`: 2; `2 boys, 2/5`: none) -> their
+    fractions' denominators."""
+    tops: dict[Fraction, set[Fraction]] = {}
     others: set[Fraction] = set()
     for q in stated:
         frac, *parts = q.values
         if len(parts) == 2 and parts[0] >= 2 and frac * parts[1] == parts[0]:
-            tops.add(parts[0])
+            tops.setdefault(parts[0], set()).add(parts[1])
             others.add(parts[1])
         else:
             others.update(q.values)
-    return tops - others
+    return {top: bottoms for top, bottoms in tops.items() if top not in others}
 
 
 def _works_out(relation: Relation) -> bool:

@@ -236,6 +236,7 @@ def test_a_fraction_s_numerator_taken_for_the_fraction_counts_nothing():
     for problem, step in (
         # the fraction the long way round, in one expression
         (scouts, "The boys are 200 * 2 / 5 = 80."),
+        (scouts, "Multiply by 2: 200 × 2 = 400. Then divide by 5: 400 ÷ 5 = 80 boys."),
         # a 2 of a round trip: to and from work
         ("He has 2/3 of a tank left after he drives to and from work, 10 miles away.",
          "He drove 2 x 10 = 20 miles."),

@@ -1,9 +1,9 @@
 """Speculative decoding in the native engine: the same jobs with it off and with each method.
 
     python bench/speculative.py [--model r1-reasoner] [--task broad] [--n 8] [--runs 5]
-                                [--batch 1,8] [--methods ngram,suffix] [--k 4]
+                                [--batch 1,8] [--methods ngram,suffix,draft_model] [--k 4]
                                 [--max-tokens 512] [--temperature 0.7] [--repeat]
-                                [--suffix-config JSON]
+                                [--suffix-config JSON] [--draft-model smollm2]
 
 Each run decodes the same problems (the eval tasks' chat prompts, seeded sampling) once per
 side, speculation off and each method on, the order rotated run by run, in one process with the
@@ -12,7 +12,8 @@ time, all problems in batches of that size), each method's ratio over off, accep
 over proposed) and tokens per verifying pass. `suffix` keeps earlier outputs per scope: each run
 is a scope of its own, so a job sees the outputs of the run's other problems, never its own from
 an earlier run; `--repeat` puts every run in one scope and samples each run afresh (a fleet that
-sees the same problems again; the first run sees none of them). `--k` sets ngram's
+sees the same problems again; the first run sees none of them). `draft_model` proposes with
+`--draft-model` (a checkpoint with the target's tokenizer). `--k` sets ngram's and the draft's
 num_speculative_tokens; suffix takes vLLM's default (its tree depth, 24), with `--suffix-config`
 JSON over its fields. Every run checks that all sides produced the same tokens, which they must
 (pipeline/engine/speculative.py); a difference fails the bench. Medians over runs with their
@@ -75,8 +76,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--batch", default="1,8", help="comma list of batch sizes")
-    ap.add_argument("--methods", default="ngram", help="comma list of: ngram, suffix")
-    ap.add_argument("--k", type=int, default=4, help="ngram's num_speculative_tokens")
+    ap.add_argument("--methods", default="ngram", help="comma list of: ngram, suffix, draft_model")
+    ap.add_argument(
+        "--draft-model", default="smollm2", help="draft_model's draft (same tokenizer as --model)"
+    )
+    ap.add_argument(
+        "--k", type=int, default=4, help="ngram's and draft_model's num_speculative_tokens"
+    )
     ap.add_argument(
         "--repeat", action="store_true", help="suffix: one scope for all runs (repeated jobs)"
     )
@@ -101,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
             prompt_lookup_max=args.lookup_max,
         ),
         "suffix": SpeculativeConfig(method="suffix", **json.loads(args.suffix_config)),
+        "draft_model": SpeculativeConfig(
+            method="draft_model", model=args.draft_model, num_speculative_tokens=args.k
+        ),
     }
     base = EngineConfig(model=str(resolve_model(args.model)), num_threads=args.threads)
     engines = {"off": Engine(base)}

@@ -16,7 +16,7 @@ ENGINES = ("native", "vllm")
 DEFAULT_BLOCK_SIZE = 16  # tokens per KV block (ingest hashes prompts with it)
 
 
-SPECULATIVE_METHODS = ("ngram", "suffix")
+SPECULATIVE_METHODS = ("ngram", "suffix", "draft_model")
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +26,9 @@ class SpeculativeConfig:
     earlier occurrence of the sequence's last n tokens (n from `prompt_lookup_max` down to
     `prompt_lookup_min`) in its own prompt and output; `suffix` walks suffix trees over the
     job's text and over its scope's (tenant's) earlier outputs (suffix.py), with SuffixDecoding's
-    knobs. `num_speculative_tokens` defaults as in vLLM: 4 for ngram, the tree depth for suffix.
+    knobs; `draft_model` runs `model` (a smaller checkpoint with the target's tokenizer, a path
+    or a bundled name) greedily for the next tokens (draft.py). `num_speculative_tokens`
+    defaults to 4 (ngram, draft_model) and to the tree depth for suffix, as in vLLM.
     """
 
     method: str = "ngram"
@@ -40,12 +42,15 @@ class SpeculativeConfig:
     # No proposals in a step where more sequences than this are running: on a CPU a large batch
     # is bound by arithmetic and rejected rows cost as much as kept ones (None: always propose).
     disable_by_batch_size: int | None = None
+    model: str | None = None  # draft_model: the draft's checkpoint (path or bundled name)
 
     def __post_init__(self) -> None:
         if self.method not in SPECULATIVE_METHODS:
             raise ValueError(f"speculative method must be one of {SPECULATIVE_METHODS}")
+        if (self.method == "draft_model") != (self.model is not None):
+            raise ValueError("`model` names the draft of method draft_model, and only that")
         if self.num_speculative_tokens is None:
-            k = 4 if self.method == "ngram" else self.suffix_decoding_max_tree_depth
+            k = self.suffix_decoding_max_tree_depth if self.method == "suffix" else 4
             object.__setattr__(self, "num_speculative_tokens", k)
         if self.num_speculative_tokens < 1:
             raise ValueError("num_speculative_tokens must be at least 1")
@@ -191,8 +196,8 @@ class PipelineConfig:
         concern="pipeline",
         kind=speculative_json,
         help="decode's speculative decoding, vLLM's --speculative-config JSON "
-        '(e.g. {"method": "ngram", "num_speculative_tokens": 4} or {"method": "suffix"}); '
-        "empty: off",
+        '(e.g. {"method": "ngram", "num_speculative_tokens": 4}, {"method": "suffix"} or '
+        '{"method": "draft_model", "model": "smollm2"}); empty: off',
     )
     kv_transport: str = setting(
         "shm_pool",

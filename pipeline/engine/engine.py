@@ -16,6 +16,7 @@ import torch
 from pipeline.config import EngineConfig
 from pipeline.engine.base import EngineStats, StepEngine
 from pipeline.engine.block_manager import BlockManager
+from pipeline.engine.draft import DraftModelProposer
 from pipeline.engine.guided import GuideSet
 from pipeline.engine.kv_cache import KVCache
 from pipeline.engine.loader import load_model
@@ -37,9 +38,11 @@ from pipeline.engine.tokenizer import StepBoundaryDetector, Tokenizer
 from pipeline.errors import (
     InvalidRequestError,
     KVPoolExhaustedError,
+    ModelLoadError,
 )
 from pipeline.formats import format_for
 from pipeline.kernels.cpu_linear import prepack_linears
+from pipeline.models.resolve import resolve_model
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -122,7 +125,17 @@ class Engine(StepEngine):
         self.seqs: dict[str, Sequence] = {}
         self.stats = EngineStats()
         spec = config.speculative
-        self.proposer = Proposer(spec) if spec is not None else None
+        self.proposer = None
+        if spec is not None:
+            draft = None
+            if spec.method == "draft_model":
+                assert spec.model is not None  # SpeculativeConfig holds it
+                try:
+                    draft_path = resolve_model(spec.model)
+                except ModelLoadError as exc:
+                    raise ModelLoadError(f"draft model: {exc}") from exc
+                draft = DraftModelProposer(draft_path, mc.vocab_size, self.dtype, self.device)
+            self.proposer = Proposer(spec, draft)
         self._seed_rng = random.Random(config.seed)
         self._arrivals = 0
 
@@ -223,6 +236,8 @@ class Engine(StepEngine):
         seq = self.seqs.pop(request_id, None)
         if seq is not None:
             self.scheduler.finish(seq, "abort")
+            if self.proposer is not None:
+                self.proposer.forget(seq)
 
     def export_shape(self, request_id: str) -> tuple[int, ...]:
         """Shape of the buffer `export_kv(request_id, out=...)` fills (whole blocks)."""

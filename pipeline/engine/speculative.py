@@ -17,6 +17,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from pipeline.config import SpeculativeConfig
+from pipeline.engine.draft import DraftModelProposer
 from pipeline.engine.sequence import Sequence
 from pipeline.engine.suffix import RequestTree, SuffixStore, propose_suffix
 
@@ -75,10 +76,14 @@ class Acceptance:
 
 class Proposer:
     """The configured method behind one call: up to `k` tokens after a sequence's tokens. For
-    `suffix` it holds the scopes' trees of earlier outputs (`remember` adds a finished one)."""
+    `suffix` it holds the scopes' trees of earlier outputs (`remember` adds a finished one);
+    for `draft_model`, the draft (draft.py, built by the engine, which knows the target)."""
 
-    def __init__(self, config: SpeculativeConfig) -> None:
+    def __init__(self, config: SpeculativeConfig, draft: DraftModelProposer | None = None) -> None:
+        if (config.method == "draft_model") != (draft is not None):
+            raise ValueError("a draft_model proposer needs its draft, and no other one does")
         self.config = config
+        self.draft = draft
         self.store = (
             SuffixStore(config.suffix_decoding_max_tree_depth,
                         config.suffix_decoding_max_cached_requests)
@@ -88,6 +93,8 @@ class Proposer:
     def propose(self, seq: Sequence, k: int) -> list[int]:
         """Up to `k` tokens after the sequence's (for suffix: from its tree and its scope's)."""
         c = self.config
+        if self.draft is not None:
+            return self.draft.propose(seq, k)
         if self.store is None:
             return propose_ngram(seq.token_ids, k, c.prompt_lookup_min, c.prompt_lookup_max)
         if seq.spec_tree is None:
@@ -100,8 +107,14 @@ class Proposer:
         if seq.spec_tree is not None:
             seq.spec_tree.rewind(seq.token_ids)
 
+    def forget(self, seq: Sequence) -> None:
+        """The sequence ended (finished or aborted): what the proposer kept for it goes."""
+        if self.draft is not None:
+            self.draft.forget(seq)
+
     def remember(self, seq: Sequence) -> None:
         """A finished sequence's output, for later jobs of its scope."""
+        self.forget(seq)
         if self.store is not None:
             output = seq.token_ids[seq.num_prompt_tokens :]
             self.store.add(_scope(seq), seq.request_id, output)

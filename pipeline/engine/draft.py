@@ -35,10 +35,12 @@ class DraftModelProposer:
     def __init__(self, path: Path, vocab_size: int, dtype: torch.dtype, device: torch.device):
         import transformers  # heavy: only a draft_model configuration loads it
 
+        # transformers 5 names it `dtype` (`torch_dtype` warns); 4.x only knows `torch_dtype`
+        key = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
         try:
-            self.model = transformers.AutoModelForCausalLM.from_pretrained(
-                path, torch_dtype=dtype
-            ).to(device)
+            self.model = transformers.AutoModelForCausalLM.from_pretrained(path, **{key: dtype}).to(
+                device
+            )
         except (OSError, ValueError) as exc:
             raise ModelLoadError(f"draft model {path}: {exc}") from exc
         self.model.eval()
@@ -65,7 +67,7 @@ class DraftModelProposer:
         # is fed again for the logits the first proposal is read from.
         keep = _common_prefix(state.tokens, tokens, len(tokens) - 1)
         if keep < len(state.tokens):
-            state.cache.crop(keep)
+            state.cache.crop(keep - len(state.tokens))  # a negative count: drop that many
             del state.tokens[keep:]
         proposed: list[int] = []
         feed = tokens[keep:]

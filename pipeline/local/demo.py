@@ -223,18 +223,23 @@ def job_row(r: schema.Result, gold: str) -> dict:
     }
 
 
+_ANSWER_CAP = 24  # characters of an answer in the job table (a long one is cut with `…`)
+
+
 def job_table(rows: list[dict]) -> list[str]:
     """The per-job lines of the summary."""
-    # A space between the columns: a full-width id beside a full-width answer (`x = 4, y =`)
-    # otherwise reads as one word. Ids are shown whole (a user copies them into `stepwise
-    # trace`), the column as wide as the longest.
+    # A space between the columns: a full-width id beside a full-width answer otherwise reads
+    # as one word. Ids are shown whole (a user copies them into `stepwise trace`), the column
+    # as wide as the longest; answers too (`x = 4, y = 3`), up to a cap, then cut with `…`.
     w = max([len("job"), *(len(j["id"]) for j in rows)])
-    head = (f"{'job':<{w}} {'answer':>10} {'ok':<3}{'steps':>6}{'entailed':>9}{'no claim':>9}"
+    aw = min(_ANSWER_CAP, max([len("answer"), *(len(j["answer"]) for j in rows)]))
+    head = (f"{'job':<{w}} {'answer':>{aw}} {'ok':<3}{'steps':>6}{'entailed':>9}{'no claim':>9}"
             f"{'contr.':>7}{'ungr.':>6}{'backtr.':>8}  coverage / stop")  # fmt: skip
     lines = [head]
     for j in rows:
+        answer = j["answer"] if len(j["answer"]) <= aw else j["answer"][: aw - 1] + "…"
         lines.append(
-            f"{j['id']:<{w}} {j['answer'][:10]:>10} {'✓' if j['correct'] else '✗':<3}"
+            f"{j['id']:<{w}} {answer:>{aw}} {'✓' if j['correct'] else '✗':<3}"
             f"{j['steps']:>6}{j['entailed']:>9}{j['nothing_to_check']:>9}"
             f"{j['contradicted_claims']:>7}{j['ungrounded_claims']:>6}{j['backtracks']:>8}"
             f"  {j['coverage']} / {j['stop_reason']}"

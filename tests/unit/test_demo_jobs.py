@@ -54,7 +54,9 @@ def test_the_summary_shows_each_jobs_contradicted_claims_and_backtracks():
     assert line.split()[:9] == ["demo-abc-0", "28", "✓", "2", "1", "1", "2", "0", "2"]
     # A full-width id and a full-width answer stay two columns.
     wide = dict(row, id="mo-c92b52-repair-8", answer="x = 4, y = 3")
-    assert job_table([wide])[1].startswith("mo-c92b52-repair-8 x = 4, y =")
+    assert job_table([wide])[1].startswith("mo-c92b52-repair-8 x = 4, y = 3 ✓")  # whole
+    long = dict(row, answer="the integers from 1 to 100 inclusive")
+    assert " the integers from 1 to … ✓" in job_table([long])[1]  # cut at 24, marked
     # Ids are shown whole, however long: the column is as wide as the longest.
     ids = ["demo-410929-repair-9", "demo-410929-repair-10"]
     head, *lines = job_table([dict(row, id=i) for i in ids])

@@ -1,6 +1,6 @@
 """bench/speculative.py end to end on the tiny reasoner, small: every side runs (off, ngram,
-suffix, draft_model with the tiny reasoner drafting for itself), their outputs agree (the bench fails if not), and the summary carries each figure (not
-their sizes)."""
+suffix, draft_model with the tiny reasoner drafting for itself), their outputs agree (the bench
+fails if not), and the summary carries each figure (not their sizes)."""
 
 import json
 

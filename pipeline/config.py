@@ -47,8 +47,10 @@ class SpeculativeConfig:
     def __post_init__(self) -> None:
         if self.method not in SPECULATIVE_METHODS:
             raise ValueError(f"speculative method must be one of {SPECULATIVE_METHODS}")
-        if (self.method == "draft_model") != (self.model is not None):
-            raise ValueError("`model` names the draft of method draft_model, and only that")
+        if self.method == "draft_model" and self.model is None:
+            raise ValueError("method draft_model needs `model`: the draft's checkpoint or name")
+        if self.method != "draft_model" and self.model is not None:
+            raise ValueError(f"`model` names a draft: method {self.method} takes none")
         if self.num_speculative_tokens is None:
             k = self.suffix_decoding_max_tree_depth if self.method == "suffix" else 4
             object.__setattr__(self, "num_speculative_tokens", k)

@@ -64,9 +64,14 @@ def triton_module(name: str) -> ModuleType:
     return importlib.import_module(f"pipeline.kernels.{name}_triton")
 
 
+def argument_error(kernel: str, message: str) -> KernelArgumentError:
+    """The error for a bad argument (raise it where building `message` should wait for one)."""
+    return KernelArgumentError(f"{kernel}: {message}")
+
+
 def check(cond: bool, kernel: str, message: str) -> None:
     if not cond:
-        raise KernelArgumentError(f"{kernel}: {message}")
+        raise argument_error(kernel, message)
 
 
 def check_dtype(t: torch.Tensor, kernel: str, name: str, dtypes: tuple[torch.dtype, ...]) -> None:

@@ -12,7 +12,7 @@ import ctypes
 import torch
 
 from pipeline.kernels import cpu_build
-from pipeline.kernels.dispatch import check, check_contiguous_last
+from pipeline.kernels.dispatch import argument_error, check, check_contiguous_last
 
 LIBRARY = "elementwise_cpu"
 DTYPES = (torch.float32, torch.bfloat16)
@@ -48,7 +48,7 @@ def _rms_norm(x, residual, weight, eps) -> torch.Tensor:
     _check(kernel, x, 2, weight, *(() if residual is None else (residual,)))
     t, d = x.shape
     if weight.shape != (d,):
-        check(False, kernel, f"weight {tuple(weight.shape)} for rows of {d}")
+        raise argument_error(kernel, f"weight {tuple(weight.shape)} for rows of {d}")
     check(weight.is_contiguous(), kernel, "weight must be contiguous")
     if residual is not None:
         check(residual.shape == x.shape, kernel, "residual and x differ in shape")
@@ -84,7 +84,7 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     _check(kernel, x, 2)
     t, n2 = x.shape
     if n2 % 2:
-        check(False, kernel, f"odd width {n2}")
+        raise argument_error(kernel, f"odd width {n2}")
     out = torch.empty((t, n2 // 2), dtype=x.dtype)
     fn = cpu_build.entry(LIBRARY, "silu_and_mul", x.dtype)
     i64 = ctypes.c_int64
@@ -100,14 +100,14 @@ def rotary(
     t, _, d = q.shape
     cos, sin = cos.reshape(t, d), sin.reshape(t, d)
     if d % 2:
-        check(False, kernel, f"odd head_dim {d}")
+        raise argument_error(kernel, f"odd head_dim {d}")
     check(cos.is_contiguous() and sin.is_contiguous(), kernel, "cos and sin must be dense")
     fn = cpu_build.entry(LIBRARY, "rotary", q.dtype)
     i64 = ctypes.c_int64
     for x in (q, k):
         _check(kernel, x, 3, cos, sin)
         if x.shape[0] != t or x.shape[2] != d:
-            check(False, kernel, f"{tuple(x.shape)} vs {tuple(q.shape)}")
+            raise argument_error(kernel, f"{tuple(x.shape)} vs {tuple(q.shape)}")
         check(x.stride(1) >= d or x.shape[1] == 1, kernel, "heads overlap")
         fn(
             cpu_build.ptr(x), cpu_build.ptr(cos), cpu_build.ptr(sin),

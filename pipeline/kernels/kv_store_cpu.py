@@ -11,7 +11,7 @@ import ctypes
 import torch
 
 from pipeline.kernels import cpu_build
-from pipeline.kernels.dispatch import KernelArgumentError
+from pipeline.kernels.dispatch import argument_error
 
 LIBRARY = "kv_store_cpu"
 KERNEL = "store_kv_cpu"
@@ -24,10 +24,6 @@ def is_supported(k_cache: torch.Tensor, k: torch.Tensor) -> bool:
         and k.dtype in DTYPES
         and cpu_build.is_built(LIBRARY)
     )
-
-
-def _bad(message: str) -> KernelArgumentError:
-    return KernelArgumentError(f"{KERNEL}: {message}")
 
 
 def store_kv_cpu(
@@ -53,10 +49,11 @@ def store_kv_cpu(
         and k_cache.stride(0) == v_cache.stride(0)
     )
     if not ok:
-        raise _bad(
+        raise argument_error(
+            KERNEL,
             f"caches {tuple(k_cache.shape)} {tuple(v_cache.shape)} {k_cache.stride()}, "
             f"k {tuple(k.shape)} {k.stride()}, v {tuple(v.shape)} {v.stride()}, "
-            f"slots {tuple(slots.shape)} {slots.dtype}, dtypes {k.dtype} {k_cache.dtype}"
+            f"slots {tuple(slots.shape)} {slots.dtype}, dtypes {k.dtype} {k_cache.dtype}",
         )
     if t == 0:
         return
@@ -70,4 +67,4 @@ def store_kv_cpu(
         i64(v.stride(0) * size), i64(v.stride(1) * size),
     )  # fmt: skip
     if rc != 0:
-        raise _bad(f"a slot lies outside -1..{blocks * bs - 1}")
+        raise argument_error(KERNEL, f"a slot lies outside -1..{blocks * bs - 1}")

@@ -81,9 +81,6 @@ class DraftModelProposer:
         # The last proposal was not fed: the cache holds the sequence and the first k - 1.
         return proposed
 
-    def rewind(self, seq: Sequence) -> None:
-        """Rolled back: the next proposal cuts the cache back to the common prefix."""
-
     def forget(self, seq: Sequence) -> None:
         """The sequence ended (finished or aborted): its cache goes."""
         self.states.pop(seq.request_id, None)

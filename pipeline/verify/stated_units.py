@@ -177,8 +177,10 @@ class StatedUnits:
         ]  # fmt: skip
         if not any(products) or self.areas or _AREA.search(step):
             return {}  # most steps: no product of two written numbers; or an area, a grid
+        read = quantities(step)
+        numbers = {q.values[0] for q in read}
         here: dict[Fraction, set[str]] = {}  # the step's own: its units, its results
-        for value, unit in _stated(step, bare=False):
+        for value, unit in _stated(step, bare=False, read=read):
             here.setdefault(value, set()).add(unit)
         out: dict[int, str] = {}
         for i, claim in enumerate(found):
@@ -193,11 +195,7 @@ class StatedUnits:
                         f"({ratio}): multiplied, they count nothing"
                     )
                     break
-                why = (
-                    self._squares(a, b, here)
-                    or self._same_span_rates(a, b, here)
-                    or self._numerator(claim.relation, here, step)
-                )
+                why = self._squares(a, b, here) or self._same_span_rates(a, b, here)
                 if why:
                     out[i] = why
                     break
@@ -215,6 +213,8 @@ class StatedUnits:
                         f"{unit} x {unit} counts nothing"
                     )
                     break
+            if i not in out and (why := self._numerator(claim.relation, here, step, numbers)):
+                out[i] = why  # a claim `a * b = c` as a whole, once
             if _works_out(claim.relation):  # worked out in this step
                 here.setdefault(claim.relation.rhs.value, set()).add("")
             if isinstance(claim.relation.lhs, Num):
@@ -242,7 +242,9 @@ class StatedUnits:
             return ""
         return f"{number_text(a)} times itself: the problem states {number_text(a)} once"
 
-    def _numerator(self, relation: Relation, here: dict[Fraction, set[str]], step: str) -> str:
+    def _numerator(
+        self, relation: Relation, here: dict[Fraction, set[str]], step: str, numbers: set[Fraction]
+    ) -> str:
         """A product of a number the problem states and a numerator of a fraction it states,
         a numerator it never states alone (`2 * 200` for "2/5 of the 200 students"): the
         fraction's top taken for the fraction. Only a whole claim `a * b = c`: `10 * 2 / 3`
@@ -261,7 +263,7 @@ class StatedUnits:
                 continue
             if k == _TWO and (self.round_trips or _ROUND_TRIP.search(step)):
                 continue  # a 2 of a round trip, a pair, a double
-            if self.numerators[k] & {q.values[0] for q in quantities(step)}:
+            if self.numerators[k] & numbers:
                 continue  # the step divides by the fraction's bottom too: the long way round
             return (
                 f"{number_text(k)} is stated only as a fraction's numerator: {number_text(k)} "

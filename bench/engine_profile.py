@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
 
-    from pipeline.kernels.cpu_linear import supports
+    from pipeline.kernels.cpu_linear import bf16_kernel_applies, supports
     from pipeline.models.resolve import resolve_model
 
     path = resolve_model(args.model)
@@ -134,8 +134,10 @@ def main(argv: list[str] | None = None) -> int:
     for dtype in args.dtypes.split(","):
         import torch
 
-        if not supports(getattr(torch, dtype)):
-            print(f"[{dtype}] no oneDNN prepacked path on this CPU: skipped")
+        if not supports(getattr(torch, dtype)) and not (
+            dtype == "bfloat16" and bf16_kernel_applies()
+        ):
+            print(f"[{dtype}] no oneDNN prepacked path (nor the C bf16 kernel) here: skipped")
             continue
         prof = profile_engine(path, dtype, args.threads, reqs)
         wall = prof["wall_s"]

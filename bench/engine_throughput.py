@@ -340,7 +340,8 @@ def matmul_seconds(
 ) -> tuple[float, dict[str, int]]:
     """Time this machine's torch matmuls need for the workload's linear layers and lm_head, at
     the batch sizes of `schedule` (measured now, same threads and dtype). Each shape takes the
-    faster of `F.linear` and oneDNN with a prepacked weight (what the engine runs on CPU);
+    faster of `F.linear`, oneDNN with a prepacked weight and (bf16 where oneDNN cannot pack it)
+    the C bf16 kernel: what the engine may run on CPU;
     also returns how many (rows, shape) points each path won."""
     import torch
     import torch.nn.functional as F
@@ -348,10 +349,13 @@ def matmul_seconds(
     torch.set_num_threads(threads)
     dt = getattr(torch, dtype)
     gen = torch.Generator().manual_seed(0)
-    from pipeline.kernels.cpu_linear import supports
+    from pipeline.kernels import linear_bf16_cpu
+    from pipeline.kernels.cpu_linear import bf16_kernel_applies, supports
 
     ops = torch.ops.mkldnn
     packed_ok = supports(dt)  # what the engine does: no oneDNN bf16 on an AVX2-only CPU
+    # ... where it runs bf16 on its own C kernel instead (cpu_linear.Bf16Linear)
+    c_bf16 = dt == torch.bfloat16 and bf16_kernel_applies()
 
     def make(n_in: int, n_out: int) -> dict:
         w = torch.randn(n_out, n_in, generator=gen).to(dt)
@@ -359,6 +363,9 @@ def matmul_seconds(
         if packed_ok:
             pw = ops._reorder_linear_weight(w, MAX_NUM_SEQS)
             fns["onednn"] = lambda x, pw=pw: ops._linear_pointwise(x, pw, None, "none", [], "")
+        if c_bf16:
+            cw = linear_bf16_cpu.pack(w)
+            fns["c-bf16"] = lambda x, cw=cw, n=n_out: linear_bf16_cpu.linear(x, cw, None, n)
         return {"in": n_in, "fns": fns}
 
     layer = [make(k, n) for k, n in linear_shapes(d)]

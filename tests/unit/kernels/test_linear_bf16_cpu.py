@@ -110,3 +110,15 @@ def test_bad_arguments_raise():
         linear_bf16_cpu.linear(x, packed, b.float(), 20)
     with pytest.raises(KernelArgumentError, match="weight must be 2-D bf16"):
         linear_bf16_cpu.pack(w.float())
+
+
+def test_a_row_comes_out_the_same_alone_or_in_any_batch():
+    # Each output is one fp32 chain over k in order, whatever micro-kernel its rows fall in:
+    # a sequence's logits do not depend on what else is in the batch, so speculation's
+    # verifying pass (k + 1 rows) gives the tokens decoding one row at a time would.
+    x, w, b, _ = case(13, 100, 96, True)
+    packed = linear_bf16_cpu.pack(w)
+    batch = linear_bf16_cpu.linear(x, packed, b, 100)
+    for i in range(13):
+        assert torch.equal(linear_bf16_cpu.linear(x[i : i + 1], packed, b, 100)[0], batch[i])
+    assert torch.equal(linear_bf16_cpu.linear(x[3:8], packed, b, 100), batch[3:8])

@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch.nn.functional as F
 
     from pipeline.kernels import linear_bf16_cpu
-    from pipeline.kernels.cpu_linear import bf16_kernel_applies, supports
+    from pipeline.kernels.cpu_linear import BATCH_HINT, bf16_kernel_applies, supports
 
     torch.set_num_threads(args.threads)
     emulated = {k: os.environ[k] for k in ("STEPWISE_KERNELS_CFLAGS", "ONEDNN_MAX_CPU_ISA",
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, (n, k) in SHAPES.items():
         w = torch.randn(n, k, generator=gen).to(torch.bfloat16)
         packed = linear_bf16_cpu.pack(w)
-        wf = ops._reorder_linear_weight(w.float(), 32) if supports(torch.float32) else None
+        wf = ops._reorder_linear_weight(w.float(), BATCH_HINT) if supports(torch.float32) else None
         for m in rows:
             x = torch.randn(m, k, generator=gen).to(torch.bfloat16)
             xf = x.float()

@@ -76,7 +76,7 @@ class Engine(StepEngine):
         self.max_model_len = mc.max_model_len(config.max_model_len)
         model = load_model(path, self.dtype, self.device, self.max_model_len)
         if config.cpu_prepack and self.device.type == "cpu":
-            prepack_linears(model, batch_hint=min(config.max_num_seqs, 64))
+            prepack_linears(model)
         self.tokenizer = Tokenizer(path) if (path / "tokenizer.json").is_file() else None
         eos = set(mc.eos_token_ids)
         if self.tokenizer is not None:

@@ -81,7 +81,7 @@ fi
 if [ "${STEPWISE_WITH_CROSS_CHECKS:-0}" = 1 ] && [ "$(uname -m)" = x86_64 ] \
   && ! { command -v aarch64-linux-gnu-gcc && command -v qemu-aarch64; } >/dev/null 2>&1; then
   echo "[setup] installing gcc-aarch64-linux-gnu and qemu-user (apt, for the NEON kernel checks)"
-  apt_install gcc-aarch64-linux-gnu qemu-user \
+  apt_install gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user \
     || echo "[setup] warning: no aarch64 cross compiler or qemu; the NEON kernel checks will skip" >&2
 fi
 

@@ -5,10 +5,11 @@ generic path; oneDNN with weights reordered once into its blocked layout runs th
 1.3-2x faster in fp32 and several times faster in bf16 (AVX512-BF16). vLLM's CPU backend
 does the same. The reference is `F.linear`; tests check the two agree.
 
-Where oneDNN cannot pack bf16 (AVX2-only x86), F.linear runs bf16 through generic loops, 3-5x
+Where oneDNN cannot pack bf16 (AVX2-only x86), F.linear runs bf16 through generic loops, 2-6x
 slower than this module's other path: the C kernel of linear_bf16_cpu (weights packed once,
-read as bf16, summed in fp32 with AVX2 + FMA). `prepack_linears` picks, per dtype, oneDNN
-where it packs, else that kernel where it builds with its vector loop, else F.linear.
+read as bf16, summed in fp32 with AVX2 + FMA, or NEON on AArch64). `prepack_linears` picks,
+per dtype, oneDNN where it packs, else that kernel where it builds with its vector loop, else
+F.linear.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ class Bf16Linear(nn.Module):
 
 def bf16_kernel_applies() -> bool:
     """Whether bf16 linears take the C kernel: oneDNN cannot pack bf16 here, the kernel builds
-    with its AVX2 loop, and STEPWISE_KERNELS leaves C kernels on."""
+    with a vector loop (AVX2 + FMA or NEON), and STEPWISE_KERNELS leaves C kernels on."""
     return (
         not supports(torch.bfloat16)
         and dispatch.backend() == "auto"

@@ -2,7 +2,8 @@
 
 `pack` lays a [N, K] weight out once in the kernel's panels; `linear` then runs y = x W^T + b
 with the weights read as bf16 and summed in fp32. `has_vector_path` says whether this host's
-build has the AVX2 + FMA loop: only then is it faster than F.linear (cpu_linear decides).
+build has a vector loop (AVX2 + FMA, or NEON): only then is it faster than F.linear
+(cpu_linear decides).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ _NULL = ctypes.c_void_p(0)
 
 
 def has_vector_path() -> bool:
-    """Whether the kernel builds here with its AVX2 + FMA loop (not the portable one)."""
+    """Whether the kernel builds here with a vector loop (AVX2 + FMA or NEON), not the
+    portable one."""
     lib = cpu_build.load(LIBRARY)
     return lib is not None and bool(lib.linear_bf16_simd())
 
@@ -49,13 +51,20 @@ def linear(
     x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, out_features: int
 ) -> torch.Tensor:
     """x [M, K] bf16 (rows dense in K) -> [M, out_features] bf16."""
-    m, k = x.shape
     if (
-        x.dtype != torch.bfloat16
+        x.dim() != 2
+        or x.dtype != torch.bfloat16
         or x.device.type != "cpu"
         or x.stride(-1) != 1
-        or packed.numel() != -(-out_features // 16) * 16 * k
-        or (bias is not None and (bias.dtype != torch.bfloat16 or bias.shape != (out_features,)))
+        or packed.numel() != -(-out_features // 16) * 16 * x.shape[1]
+        or (
+            bias is not None
+            and (
+                bias.dtype != torch.bfloat16
+                or bias.shape != (out_features,)
+                or not bias.is_contiguous()
+            )
+        )
     ):
         raise argument_error(
             KERNEL,
@@ -63,11 +72,14 @@ def linear(
             f"{packed.numel()} values, {out_features} outputs"
             + ("" if bias is None else f", bias {bias.dtype} {tuple(bias.shape)}"),
         )
+    m, k = x.shape
     out = torch.empty((m, out_features), dtype=torch.bfloat16)
     i64 = ctypes.c_int64
-    cpu_build.load(LIBRARY).linear_bf16(
+    rc = cpu_build.load(LIBRARY).linear_bf16(
         cpu_build.ptr(x), cpu_build.ptr(packed),
         _NULL if bias is None else cpu_build.ptr(bias), cpu_build.ptr(out),
         i64(m), i64(out_features), i64(k), i64(x.stride(0)), i64(out_features),
     )  # fmt: skip
+    if rc != 0:
+        raise MemoryError(f"{KERNEL}: no memory for an fp32 copy of x {tuple(x.shape)}")
     return out

@@ -158,12 +158,13 @@ static const micro_fn ONE[MAX_ROWS + 1] = {0, micro_1_1, micro_2_1, micro_3_1,
                                            micro_4_1, micro_5_1, micro_6_1};
 
 /* x [M, K] (row stride sx), packed (linear_bf16_pack of W [N, K]), bias [N] or NULL ->
- * out [M, N] (row stride so), each output rounded once from its fp32 sum (+ bias). */
-void linear_bf16(const uint16_t *x, const uint16_t *packed, const uint16_t *bias, uint16_t *out,
-                 int64_t m, int64_t n, int64_t k, int64_t sx, int64_t so) {
-  if (m <= 0 || n <= 0) return;
-  float *xf = malloc(sizeof(float) * (size_t)(m * k));
-  if (xf == 0) return; /* the caller checked sizes; nothing sane is left to do */
+ * out [M, N] (row stride so), each output rounded once from its fp32 sum (+ bias).
+ * Returns 0, or -1 where the fp32 copy of x cannot be allocated (nothing is written). */
+int linear_bf16(const uint16_t *x, const uint16_t *packed, const uint16_t *bias, uint16_t *out,
+                int64_t m, int64_t n, int64_t k, int64_t sx, int64_t so) {
+  if (m <= 0 || n <= 0) return 0;
+  float *xf = malloc(sizeof(float) * (size_t)(m * k > 0 ? m * k : 1));
+  if (xf == 0) return -1;
   const int parallel = m * n * k >= PARALLEL_MIN;
 #pragma omp parallel for if (parallel && m * k >= PARALLEL_MIN / 8)
   for (int64_t r = 0; r < m; r++)
@@ -202,4 +203,5 @@ void linear_bf16(const uint16_t *x, const uint16_t *packed, const uint16_t *bias
     }
   }
   free(xf);
+  return 0;
 }

@@ -110,6 +110,16 @@ def test_bad_arguments_raise():
         linear_bf16_cpu.linear(x, packed, b.float(), 20)
     with pytest.raises(KernelArgumentError, match="weight must be 2-D bf16"):
         linear_bf16_cpu.pack(w.float())
+    with pytest.raises(KernelArgumentError, match=r"x torch.bfloat16 \(16,\)"):
+        linear_bf16_cpu.linear(x[0], packed, b, 20)
+    with pytest.raises(KernelArgumentError, match="bias"):  # every other value: not dense
+        linear_bf16_cpu.linear(x, packed, torch.stack([b, b], dim=1)[:, 0], 20)
+
+
+def test_empty_rows_of_k_give_the_bias():
+    x, w, b, _ = case(3, 20, 0, True)
+    out = linear_bf16_cpu.linear(x, linear_bf16_cpu.pack(w), b, 20)
+    assert torch.equal(out, b.expand(3, 20))
 
 
 def test_a_row_comes_out_the_same_alone_or_in_any_batch():

@@ -44,7 +44,7 @@
 
 int linear_bf16_simd(void) { return LB_SIMD; }
 
-/* Bytes of uint16 the packed weight takes: N rounded up to whole panels, times K. */
+/* uint16 values the packed weight takes: N rounded up to whole panels, times K. */
 int64_t linear_bf16_packed_size(int64_t n, int64_t k) { return (n + NR - 1) / NR * NR * k; }
 
 /* w [N, K] (row stride K) -> packed (see the top), padding columns zero. */

@@ -112,7 +112,7 @@ def replacement(linear: nn.Linear, batch_hint: int) -> nn.Module | None:
 
 
 # The rows oneDNN lays a weight out for. A layout for 64 rows costs nothing at 1 row (fp32 and
-# bf16, one and two threads: within 2%), while one for a single row made 5 rows cost 1.43x and
+# bf16, one and two threads: within 3%), while one for a single row made 5 rows cost 1.43x and
 # 32 rows 1.16x (fp32, SmolLM2's 30 layers read in turn): a speculative verifying pass carries
 # k + 1 rows a sequence, and prefill chunks many more, whatever max_num_seqs is.
 BATCH_HINT = 64

@@ -48,45 +48,49 @@ def supports(dtype: torch.dtype) -> bool:
     return True
 
 
-class PackedLinear(nn.Module):
-    """Drop-in for an nn.Linear on CPU (fp32/bf16), with its weight in oneDNN's layout."""
+class _Prepacked(nn.Module):
+    """An nn.Linear's stand-in on CPU: its sizes and bias kept, its weight in a packed layout;
+    `_rows` maps [rows, in] (dense in `in`) to [rows, out]."""
 
-    def __init__(self, linear: nn.Linear, batch_hint: int):
+    def __init__(self, linear: nn.Linear, packed_weight: torch.Tensor):
         super().__init__()
         self.in_features = linear.in_features
         self.out_features = linear.out_features
-        w = linear.weight.detach()
-        self.register_buffer("packed_weight", _OPS._reorder_linear_weight(w, batch_hint))
-        bias = linear.bias.detach() if linear.bias is not None else None
+        self.register_buffer("packed_weight", packed_weight)
+        bias = linear.bias.detach().contiguous() if linear.bias is not None else None
         self.register_buffer("bias", bias)
+
+    def _rows(self, rows: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: [..., in] -> [..., out]
         shape = x.shape
-        y = _OPS._linear_pointwise(
-            x.reshape(-1, shape[-1]), self.packed_weight, self.bias, "none", [], ""
-        )
-        return y.view(*shape[:-1], self.out_features)
-
-
-class Bf16Linear(nn.Module):
-    """Drop-in for a bf16 nn.Linear on CPU where oneDNN cannot pack bf16 (linear_bf16_cpu)."""
-
-    def __init__(self, linear: nn.Linear):
-        super().__init__()
-        self.in_features = linear.in_features
-        self.out_features = linear.out_features
-        self.register_buffer("packed_weight", linear_bf16_cpu.pack(linear.weight.detach()))
-        bias = linear.bias.detach().contiguous() if linear.bias is not None else None
-        self.register_buffer("bias", bias)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        shape = x.shape
         rows = x.reshape(-1, shape[-1])
         if rows.stride(-1) != 1:
             rows = rows.contiguous()
-        y = linear_bf16_cpu.linear(rows, self.packed_weight, self.bias, self.out_features)
-        return y.view(*shape[:-1], self.out_features)
+        return self._rows(rows).view(*shape[:-1], self.out_features)
+
+
+class PackedLinear(_Prepacked):
+    """Drop-in for an nn.Linear on CPU (fp32/bf16), with its weight in oneDNN's layout."""
+
+    def __init__(self, linear: nn.Linear, batch_hint: int):
+        w = linear.weight.detach()
+        super().__init__(linear, _OPS._reorder_linear_weight(w, batch_hint))
+
+    def _rows(self, rows: torch.Tensor) -> torch.Tensor:
+        return _OPS._linear_pointwise(rows, self.packed_weight, self.bias, "none", [], "")
+
+
+class Bf16Linear(_Prepacked):
+    """Drop-in for a bf16 nn.Linear on CPU where oneDNN cannot pack bf16 (linear_bf16_cpu)."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__(linear, linear_bf16_cpu.pack(linear.weight.detach()))
+
+    def _rows(self, rows: torch.Tensor) -> torch.Tensor:
+        return linear_bf16_cpu.linear(rows, self.packed_weight, self.bias, self.out_features)
 
 
 def bf16_kernel_applies() -> bool:

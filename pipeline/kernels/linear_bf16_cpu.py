@@ -18,6 +18,12 @@ from pipeline.kernels.dispatch import argument_error
 LIBRARY = "linear_bf16_cpu"
 KERNEL = "linear_bf16_cpu"
 _NULL = ctypes.c_void_p(0)
+PANEL = 16  # output columns per packed panel: csrc/linear_bf16_cpu.c's NR
+
+
+def packed_size(n: int, k: int) -> int:
+    """Values a packed [N, K] weight holds: N rounded up to whole panels, times K."""
+    return -(-n // PANEL) * PANEL * k
 
 
 def has_vector_path() -> bool:
@@ -38,9 +44,7 @@ def pack(weight: torch.Tensor) -> torch.Tensor:
     lib = cpu_build.load(LIBRARY)
     if lib is None:
         raise RuntimeError(f"the C kernel {LIBRARY} could not be built (see the log)")
-    lib.linear_bf16_packed_size.restype = ctypes.c_int64
-    size = lib.linear_bf16_packed_size(ctypes.c_int64(n), ctypes.c_int64(k))
-    packed = torch.empty(size, dtype=torch.int16)
+    packed = torch.empty(packed_size(n, k), dtype=torch.int16)
     lib.linear_bf16_pack(
         cpu_build.ptr(weight), cpu_build.ptr(packed), ctypes.c_int64(n), ctypes.c_int64(k)
     )
@@ -56,7 +60,7 @@ def linear(
         or x.dtype != torch.bfloat16
         or x.device.type != "cpu"
         or x.stride(-1) != 1
-        or packed.numel() != -(-out_features // 16) * 16 * x.shape[1]
+        or packed.numel() != packed_size(out_features, x.shape[1])
         or (
             bias is not None
             and (

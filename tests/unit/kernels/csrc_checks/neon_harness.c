@@ -29,7 +29,7 @@ int main(void) {
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     const int64_t m = cases[c][0], n = cases[c][1], k = cases[c][2];
     uint16_t *x = malloc(2 * m * k), *w = malloc(2 * n * k), *b = malloc(2 * n),
-             *out = malloc(2 * m * n), *packed = malloc(2 * linear_bf16_packed_size(n, k));
+             *out = malloc(2 * m * n), *packed = malloc(2 * ((n + NR - 1) / NR * NR * k));
     for (int64_t i = 0; i < m * k; i++) x[i] = bf16_random();
     for (int64_t i = 0; i < n * k; i++) w[i] = bf16_random();
     for (int64_t i = 0; i < n; i++) b[i] = bf16_random();

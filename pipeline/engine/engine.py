@@ -33,7 +33,7 @@ from pipeline.engine.outputs import (
 from pipeline.engine.sampling_params import SamplingParams
 from pipeline.engine.scheduler import Scheduler
 from pipeline.engine.sequence import Sequence
-from pipeline.engine.speculative import Acceptance, Proposer, num_accepted
+from pipeline.engine.speculative import Proposer, num_accepted
 from pipeline.engine.tokenizer import StepBoundaryDetector, Tokenizer
 from pipeline.errors import (
     InvalidRequestError,
@@ -370,7 +370,7 @@ class Engine(StepEngine):
             spent = seq.num_output_tokens + (seq.num_discarded_tokens if p.charge_rollbacks else 0)
             room = min(p.max_tokens - spent, self.max_model_len - seq.num_tokens) - 1
             if seq.spec_acceptance is None:
-                seq.spec_acceptance = Acceptance()
+                seq.spec_acceptance = self.proposer.acceptance()
             k = seq.spec_acceptance.k(spec.num_speculative_tokens, seq.num_tokens)
             draft = self.proposer.propose(seq, min(k, room))
             if draft:

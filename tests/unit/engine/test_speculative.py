@@ -11,7 +11,7 @@ import torch
 
 from pipeline.config import EngineConfig, SpeculativeConfig
 from pipeline.engine import Engine, Request, SamplingParams
-from pipeline.engine.speculative import Acceptance, num_accepted, propose_ngram
+from pipeline.engine.speculative import Acceptance, Proposer, num_accepted, propose_ngram
 from pipeline.kernels import cpu_linear, linear_bf16_cpu
 from pipeline.models.resolve import resolve_model
 
@@ -194,6 +194,20 @@ def test_a_sequence_whose_proposals_fail_stops_proposing_for_a_while():
     good.update(0, 111)
     good.update(0, 112)
     assert 1 <= good.k(4, 112) < 4  # misses shorten the next proposal
+
+
+def test_suffix_proposes_as_far_as_its_tree_says_yet_pauses_after_misses():
+    acc = Proposer(SpeculativeConfig(method="suffix")).acceptance()
+    ngram = Proposer(SpeculativeConfig(method="ngram")).acceptance()
+    assert not acc.follow_mean and ngram.follow_mean
+    for i in range(3):
+        acc.update(1, 100 + i)
+        ngram.update(1, 100 + i)
+    assert acc.k(24, 103) == 24  # not cut to about the mean: the tree's estimate sizes it
+    assert ngram.k(24, 103) == 2
+    for i in range(Acceptance.MIN_PASSES * 2):
+        acc.update(0, 104 + i)
+    assert acc.k(24, 120) == 0  # passes that kept nothing pause it all the same
 
 
 def test_rejected_proposals_slots_go_back_to_the_pool(tiny_models, spec):

@@ -48,7 +48,7 @@ def make_engine(args, speculative: str = ""):
         extra = json.loads(args.suffix_config) if speculative == "suffix" else {}
         spec = SpeculativeConfig(method=speculative, **extra)
     return Engine(
-        EngineConfig(model=model, dtype="float32", max_num_seqs=args.batch, speculative=spec)
+        EngineConfig(model=model, dtype=args.dtype, max_num_seqs=args.batch, speculative=spec)
     )
 
 
@@ -234,6 +234,8 @@ def main() -> int:
     ap.add_argument("--max-retries", type=int, default=None, help="default: ReasoningConfig's")
     ap.add_argument("--max-backtracks", type=int, default=None)
     ap.add_argument("--batch", type=int, default=64, help="engine max_num_seqs")
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                    help="the engine's weights")  # fmt: skip
     ap.add_argument(
         "--modes",
         default="off,async,strict,repair",
@@ -260,6 +262,7 @@ def main() -> int:
             "bench": "verify_quality",
             "seed": args.seed,
             "max_tokens": args.max_tokens,
+            "dtype": args.dtype,
             "max_retries": args.max_retries,
             "max_backtracks": args.max_backtracks,
         }

@@ -150,7 +150,7 @@ class Metrics:
         self.forwards = Counter(
             "stepwise_engine_forwards_total",
             "Model forward passes the engine ran (generated tokens over these: tokens per "
-            "forward, above 1 with speculative decoding).",
+            "forward, over the batch; above the batch's size with speculative decoding).",
             stage, registry=r,
         )  # fmt: skip
         # Speculative decoding, by vLLM's names (vllm:spec_decode_*).

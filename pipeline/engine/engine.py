@@ -306,17 +306,26 @@ class Engine(StepEngine):
     def step(self) -> list[TokenOutput]:
         t0 = time.perf_counter()
         # Tokens a speculative forward verified go out one per step, as if sampled now: the
-        # caller acts on each (a step end, a pause, a rollback) before the next exists.
+        # caller acts on each (a step end, a pause, a rollback) before the next exists. Such a
+        # step runs no forward for the others either: they wait the microseconds it takes, and
+        # every sequence's verified run is out before the next forward. Were the others to
+        # forward meanwhile, a sequence holding verified tokens would get one token a forward,
+        # as without speculation, whenever any other sequence was decoding (batches of 4-16:
+        # no gain, only the proposals' rows).
         held = [seq for seq in self.scheduler.running if seq.spec_buffer]
-        outputs = [self._hand_out(seq) for seq in held]
-        hold = {seq.request_id for seq in held}
+        if held:
+            outputs = [self._hand_out(seq) for seq in held]
+            self.last_num_scheduled = len(outputs)
+            self._finish_step(t0, outputs)
+            return outputs
         if self.config.speculative is not None:
-            self._propose(hold)
-        sched = self.scheduler.schedule(hold)
+            self._propose()
+        sched = self.scheduler.schedule()
         for seq in sched.preempted:  # its KV is gone: nothing verified or proposed stands
             self._unpropose(seq)
             seq.spec_buffer.clear()
-        self.last_num_scheduled = len(sched.scheduled) + len(outputs)
+        self.last_num_scheduled = len(sched.scheduled)
+        outputs = []
         if not sched.scheduled:
             self._finish_step(t0, outputs)
             return outputs
@@ -353,7 +362,7 @@ class Engine(StepEngine):
 
     # -- speculative decoding (speculative.py) ------------------------------------------------
 
-    def _propose(self, hold: set[str]) -> None:
+    def _propose(self) -> None:
         """Put proposed tokens after each decoding sequence's last one; the scheduler then
         computes them with it as one chunk."""
         spec = self.config.speculative
@@ -363,7 +372,7 @@ class Engine(StepEngine):
             return  # a batch this large is bound by arithmetic: proposals would cost, not pay
         for seq in self.scheduler.running:
             p = seq.params
-            if seq.request_id in hold or p.guided is not None:
+            if p.guided is not None:
                 continue  # a grammar masks each position as the tokens before it stand
             if seq.num_computed_tokens != seq.num_tokens - 1:
                 continue  # still prefilling

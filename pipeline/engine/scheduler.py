@@ -12,7 +12,6 @@ Paused sequences leave the batch but keep their blocks, so resuming costs nothin
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from pipeline.engine.block_manager import BlockManager
@@ -65,9 +64,8 @@ class Scheduler:
     def num_unfinished(self) -> int:
         return len(self.waiting) + len(self.running) + len(self.paused)
 
-    def schedule(self, hold: Collection[str] = ()) -> SchedulerOutput:
-        """This step's batch; running sequences named in `hold` compute nothing this step (a
-        token already verified is handed out instead: engine.py's speculative decoding)."""
+    def schedule(self) -> SchedulerOutput:
+        """This step's batch."""
         out = SchedulerOutput()
         budget = self.max_num_batched_tokens
         bm = self.block_manager
@@ -75,9 +73,6 @@ class Scheduler:
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
-            if seq.request_id in hold:
-                i += 1
-                continue
             num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
             while not bm.can_allocate(seq, num_new, []):
                 victim = self.running.pop()

@@ -152,6 +152,35 @@ def test_step_ends_pause_where_they_fall(reasoner, spec):
     assert trace(on, ids, params) == want
 
 
+def test_in_a_batch_verified_runs_go_out_before_the_next_forward_which_carries_everyone(
+    reasoner, spec
+):
+    """A step hands out verified tokens or runs a forward, never both, and a forward carries
+    every running sequence: none sits out while another drains its run, which would leave it
+    one token a forward, as without speculation."""
+    off, on = engines(reasoner, spec)
+    params = [SamplingParams(temperature=0.0, seed=i, max_tokens=120) for i in range(3)]
+    ids = [on.tokenizer.encode(p, add_special_tokens=False) for p in PROMPTS]
+    seqs = [
+        on.add(Request(f"r{i}", x, p)) for i, (x, p) in enumerate(zip(ids, params, strict=True))
+    ]
+    handing_steps = 0
+    while on.seqs:
+        holding = any(seq.spec_buffer for seq in on.scheduler.running)
+        alive = len(on.seqs)  # none paused: each is waiting or running
+        forwards = on.stats.num_forwards
+        on.step()
+        if holding:
+            handing_steps += 1
+            assert on.stats.num_forwards == forwards  # handed out, nothing computed
+        elif on.stats.num_forwards > forwards:
+            assert on.last_num_scheduled == alive  # everyone in the forward
+    assert handing_steps > 0 and on.stats.num_spec_accepted > 0
+    want = [o.token_ids for o in off.generate(ids, params)]
+    assert [seq.output_token_ids for seq in seqs] == want
+    assert on.stats.num_forwards < off.stats.num_forwards - on.stats.num_spec_accepted / 3
+
+
 def test_rollback_mid_run_decodes_as_a_fresh_run_would(reasoner, spec):
     off, on = engines(reasoner, spec)
     ids = off.tokenizer.encode(PROMPTS[0], add_special_tokens=False)
@@ -238,9 +267,9 @@ def test_no_proposals_while_the_batch_is_larger_than_disable_by_batch_size(reaso
     want = [o.token_ids for o in off.generate(PROMPTS, params)]
     calls, propose = [], on._propose
 
-    def watched(hold):  # the batch each proposal round saw, and whether it proposed
+    def watched():  # the batch each proposal round saw, and whether it proposed
         before = on.stats.num_spec_proposed
-        propose(hold)
+        propose()
         calls.append((len(on.scheduler.running), on.stats.num_spec_proposed > before))
 
     on._propose = watched

@@ -1,6 +1,6 @@
 """Speculative decoding through the whole pipeline: job latency with and without it.
 
-    python bench/speculative_pipeline.py --model r1-reasoner --tasks broad --n 4 \\
+    python bench/speculative_pipeline.py --model r1-reasoner --tasks broad --n 8 \\
         --concurrency 1 --rounds 5
     python bench/speculative_pipeline.py --concurrency 4 --n 8 --speculative-config \\
         '{"method": "ngram"}'
@@ -11,12 +11,14 @@ prefill / decode processes, a Celery verify worker), decode with `--speculative-
 each stack one untimed job warms the workers, then `--n` held-out problems of `--tasks` go in
 as chat messages with verification async, `--concurrency` jobs in flight at a time (closed
 loop: a job is sent as one finishes). A job's latency runs from its submit to its Result, as
-a client sees it. Per side and round: p50 / p95 latency, tokens per second of the run
-(completion + discarded tokens over the wall time), backtracks, accuracy; per round the ratios
-off / on p50 and on / off tokens/s, and how many jobs got the same text on both sides (async
-verdicts arrive when the checker gets to them, so a rollback may land a token earlier or
-later: the texts need not match through the pipeline, as they must in the engine). Medians
-and spreads over the rounds; the last line is one JSON object.
+a client sees it (the warm-up's output and each finished job's stay in the tenant's suffix
+store, as in serving). Decode's Prometheus counters give the speculating side's acceptance and
+tokens per forward (over the batch). Per side and round: p50 / p95 latency, tokens per second
+of the run (completion + discarded tokens over the wall time), backtracks, accuracy; per round
+the ratios off / on p50 and on / off tokens/s, and how many jobs got the same text on both
+sides (async verdicts arrive when the checker gets to them, so a rollback may land a token
+earlier or later: the texts need not match through the pipeline, as they must in the engine).
+Medians and spreads over the rounds; the last line is one JSON object.
 """
 
 from __future__ import annotations

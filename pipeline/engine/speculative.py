@@ -50,7 +50,7 @@ class Acceptance:
     each proposal by its own estimate of how likely the text goes on so (`min_token_prob`, the
     spec factor), as vLLM's does; cutting a long confident run to about the mean's length
     threw away its best proposals (one job through the reasoning loop: 1.56x with the cut,
-    1.77x without, bench/RESULTS.md). The pause after passes that kept nothing still holds.
+    1.78x without, bench/RESULTS.md). The pause after passes that kept nothing still holds.
     """
 
     __slots__ = ("follow_mean", "mean", "passes", "resume_at")

@@ -15,6 +15,7 @@ F.linear.
 from __future__ import annotations
 
 import functools
+from abc import ABC, abstractmethod
 
 import torch
 from torch import nn
@@ -48,7 +49,7 @@ def supports(dtype: torch.dtype) -> bool:
     return True
 
 
-class _Prepacked(nn.Module):
+class _Prepacked(nn.Module, ABC):
     """An nn.Linear's stand-in on CPU: its sizes and bias kept, its weight in a packed layout;
     `_rows` maps [rows, in] (dense in `in`) to [rows, out]."""
 
@@ -60,8 +61,9 @@ class _Prepacked(nn.Module):
         bias = linear.bias.detach().contiguous() if linear.bias is not None else None
         self.register_buffer("bias", bias)
 
+    @abstractmethod
     def _rows(self, rows: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        """[rows, in] -> [rows, out]: how this stand-in multiplies (each subclass its own)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: [..., in] -> [..., out]

@@ -37,6 +37,8 @@ import urllib.request
 import uuid
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline import schema, settings  # noqa: E402
@@ -118,10 +120,11 @@ def decode_counts(log_dir: Path) -> dict[str, float]:
         return dict.fromkeys(SERIES, 0.0)
     with urllib.request.urlopen(f"http://127.0.0.1:{ports[-1]}/metrics", timeout=5) as r:
         text = r.read().decode()
-    return {
-        key: sum(float(v) for v in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M))
-        for key, name in SERIES.items()
-    }
+    totals: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:  # every label set of a series, summed
+            totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
+    return {key: totals.get(name, 0.0) for key, name in SERIES.items()}
 
 
 def text_hash(result: schema.Result | None) -> str:

@@ -7,14 +7,13 @@ speculating engine must give the same tokens (pipeline/engine/speculative.py).""
 
 from __future__ import annotations
 
-import re
-import urllib.request
 import uuid
 
 import pytest
 
 from pipeline import schema
 from tests.integration.pipeline_helpers import run_jobs, running_stack, stack_config
+from tests.integration.test_stack import scrape, series_total
 
 pytestmark = pytest.mark.slow
 
@@ -24,13 +23,11 @@ METHODS = ("", '{"method": "ngram", "num_speculative_tokens": 3}', '{"method": "
 
 def spec_counts(port: int) -> tuple[float, float]:
     """Decode's tokens proposed and accepted so far, from its /metrics."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as r:
-        text = r.read().decode()
-    return tuple(
-        sum(map(float, re.findall(rf"^{name}\{{[^}}]*\}} (\S+)$", text, re.M)))
-        for name in ("stepwise_spec_decode_num_draft_tokens_total",
-                     "stepwise_spec_decode_num_accepted_tokens_total")
-    )  # fmt: skip
+    text = scrape(f"http://127.0.0.1:{port}/metrics")
+    return (
+        series_total(text, "stepwise_spec_decode_num_draft_tokens_total"),
+        series_total(text, "stepwise_spec_decode_num_accepted_tokens_total"),
+    )
 
 
 async def test_speculating_decode_gives_the_same_texts_and_counts_its_proposals(

@@ -42,6 +42,10 @@ class SpeculativeConfig:
     # No proposals in a step where more sequences than this are running: on a CPU a large batch
     # is bound by arithmetic and rejected rows cost as much as kept ones (None: always propose).
     disable_by_batch_size: int | None = None
+    # Each step's proposals are cut to what pays at the engine's measured cost of a forward row
+    # against the measured chance each proposed token is kept (engine/proposal_sizing.py);
+    # False: every sequence verifies what its method proposes, as vLLM does.
+    size_by_cost: bool = True
     model: str | None = None  # draft_model: the draft's checkpoint (path or bundled name)
 
     def __post_init__(self) -> None:

@@ -30,6 +30,7 @@ from pipeline.engine.outputs import (
     Request,
     TokenOutput,
 )
+from pipeline.engine.proposal_sizing import Candidate, ProposalSizer
 from pipeline.engine.sampling_params import SamplingParams
 from pipeline.engine.scheduler import Scheduler
 from pipeline.engine.sequence import Sequence
@@ -126,6 +127,7 @@ class Engine(StepEngine):
         self.stats = EngineStats()
         spec = config.speculative
         self.proposer = None
+        self.sizer: ProposalSizer | None = None
         if spec is not None:
             draft = None
             if spec.method == "draft_model":
@@ -136,6 +138,7 @@ class Engine(StepEngine):
                     raise ModelLoadError(f"draft model: {exc}") from exc
                 draft = DraftModelProposer(draft_path, mc.vocab_size, self.dtype, self.device)
             self.proposer = Proposer(spec, draft)
+            self.sizer = ProposalSizer() if spec.size_by_cost else None
         self._seed_rng = random.Random(config.seed)
         self._arrivals = 0
 
@@ -332,8 +335,16 @@ class Engine(StepEngine):
         self.kv_cache.copy_blocks(self.block_manager.take_pending_copies())
         t1, c1 = time.perf_counter(), time.thread_time()
         sampled = self.runner.execute(sched.scheduled)
+        forward_s = time.perf_counter() - t1
+        # What a decoding forward costs by its rows (proposals' included) sizes proposals; a
+        # prefill chunk's rows cost otherwise (attention over the prompt), so those are not fed.
+        if self.sizer is not None and all(
+            s.seq.num_computed_tokens == s.seq.num_tokens - 1 - s.seq.num_draft
+            for s in sched.scheduled
+        ):
+            self.sizer.observe_forward(sum(s.num_new_tokens for s in sched.scheduled), forward_s)
         self.stats.num_forwards += 1
-        self.stats.forward_s += time.perf_counter() - t1
+        self.stats.forward_s += forward_s
         self.stats.forward_cpu_s += time.thread_time() - c1
 
         for s in sched.scheduled:
@@ -364,13 +375,16 @@ class Engine(StepEngine):
 
     def _propose(self) -> None:
         """Put proposed tokens after each decoding sequence's last one; the scheduler then
-        computes them with it as one chunk."""
+        computes them with it as one chunk. With `size_by_cost`, the step's proposals are first
+        cut to what pays at this batch (proposal_sizing.py)."""
         spec = self.config.speculative
-        assert spec is not None
+        assert spec is not None and self.proposer is not None
+        running = self.scheduler.running
         cap = spec.disable_by_batch_size
-        if cap is not None and len(self.scheduler.running) > cap:
+        if cap is not None and len(running) > cap:
             return  # a batch this large is bound by arithmetic: proposals would cost, not pay
-        for seq in self.scheduler.running:
+        proposals: list[tuple[Sequence, Candidate]] = []
+        for seq in running:
             p = seq.params
             if p.guided is not None:
                 continue  # a grammar masks each position as the tokens before it stand
@@ -381,11 +395,26 @@ class Engine(StepEngine):
             if seq.spec_acceptance is None:
                 seq.spec_acceptance = self.proposer.acceptance()
             k = seq.spec_acceptance.k(spec.num_speculative_tokens, seq.num_tokens)
-            draft = self.proposer.propose(seq, min(k, room))
-            if draft:
-                seq.token_ids.extend(draft)  # raw: no step bookkeeping until accepted
-                seq.num_draft = len(draft)
-                self.stats.num_spec_proposed += len(draft)
+            cand = self.proposer.propose(seq, min(k, room))
+            if cand.tokens:
+                cand.keep = len(cand.tokens)
+                proposals.append((seq, cand))
+        if proposals and self.sizer is not None:
+            # Without proposals the step yields a token per decoding sequence and computes the
+            # rows of every running one (a prefilling one's chunk, at most the step's budget).
+            base_tokens = sum(s.num_computed_tokens == s.num_tokens - 1 for s in running)
+            base_rows = min(
+                sum(s.num_tokens - s.num_computed_tokens for s in running),
+                self.config.max_num_batched_tokens,
+            )
+            self.sizer.size([c for _, c in proposals], base_tokens, base_rows)
+        for seq, cand in proposals:
+            if cand.keep:
+                seq.token_ids.extend(cand.tokens[: cand.keep])  # raw: no step bookkeeping yet
+                seq.num_draft = cand.keep
+                assert seq.spec_acceptance is not None
+                seq.spec_acceptance.confs = cand.confs[: cand.keep]
+                self.stats.num_spec_proposed += cand.keep
 
     def _unpropose(self, seq: Sequence) -> None:
         if seq.num_draft:
@@ -406,6 +435,8 @@ class Engine(StepEngine):
         # Rejected proposals' slots go back to the pool (kept: the accepted tokens' KV).
         self.block_manager.release_past(seq, base + accepted)
         if seq.spec_acceptance is not None and proposed:
+            if self.sizer is not None:
+                self.sizer.observe_verdict(seq.spec_acceptance.confs[: len(proposed)], accepted)
             seq.spec_acceptance.update(accepted, seq.num_tokens)
         self.stats.num_spec_forwards += 1
         self.stats.num_spec_accepted += accepted

@@ -18,6 +18,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from pipeline.config import SpeculativeConfig
 from pipeline.engine.draft import DraftModelProposer
+from pipeline.engine.proposal_sizing import Candidate
 from pipeline.engine.sequence import Sequence
 from pipeline.engine.suffix import RequestTree, SuffixStore, propose_suffix
 
@@ -53,7 +54,7 @@ class Acceptance:
     1.78x without, bench/RESULTS.md). The pause after passes that kept nothing still holds.
     """
 
-    __slots__ = ("follow_mean", "mean", "passes", "resume_at")
+    __slots__ = ("confs", "follow_mean", "mean", "passes", "resume_at")
 
     WEIGHT = 0.3  # of the newest pass in the running mean of accepted tokens per pass
     MIN_MEAN = 0.15  # accepted tokens per pass below which proposing stops ...
@@ -62,6 +63,7 @@ class Acceptance:
 
     def __init__(self, follow_mean: bool = True) -> None:
         self.follow_mean = follow_mean
+        self.confs: list[float | None] = []  # the proposer's confidence in each token in flight
         self.mean: float | None = None
         self.passes = 0
         self.resume_at = 0
@@ -102,17 +104,21 @@ class Proposer:
         """A new sequence's record; suffix's proposals are sized by its own estimates."""
         return Acceptance(follow_mean=self.store is None)
 
-    def propose(self, seq: Sequence, k: int) -> list[int]:
-        """Up to `k` tokens after the sequence's (for suffix: from its tree and its scope's)."""
+    def propose(self, seq: Sequence, k: int) -> Candidate:
+        """Up to `k` tokens after the sequence's (for suffix: from its tree and its scope's),
+        each with the method's confidence in it (suffix's count ratio; None from the others)."""
         c = self.config
         if self.draft is not None:
-            return self.draft.propose(seq, k)
-        if self.store is None:
-            return propose_ngram(seq.token_ids, k, c.prompt_lookup_min, c.prompt_lookup_max)
-        if seq.spec_tree is None:
-            seq.spec_tree = RequestTree(c.suffix_decoding_max_tree_depth)
-        shared = self.store.tree(_scope(seq))
-        return propose_suffix(c, seq.token_ids, k, seq.spec_tree, shared)
+            tokens = self.draft.propose(seq, k)
+        elif self.store is None:
+            tokens = propose_ngram(seq.token_ids, k, c.prompt_lookup_min, c.prompt_lookup_max)
+        else:
+            if seq.spec_tree is None:
+                seq.spec_tree = RequestTree(c.suffix_decoding_max_tree_depth)
+            shared = self.store.tree(_scope(seq))
+            tokens, ratios = propose_suffix(c, seq.token_ids, k, seq.spec_tree, shared)
+            return Candidate(tokens, list(ratios))
+        return Candidate(tokens, [None] * len(tokens))
 
     def rewind(self, seq: Sequence) -> None:
         """The sequence was rolled back: its tree goes on from its new end."""

@@ -22,6 +22,8 @@ from collections import OrderedDict
 
 from pipeline.config import SpeculativeConfig
 
+Draft = tuple[list[int], list[float]]  # proposed tokens, and how likely each (count ratio)
+
 
 class _Node:
     __slots__ = ("children", "count")
@@ -76,19 +78,23 @@ class SuffixTree:
         return None, 0
 
     @staticmethod
-    def continuation(node: _Node, k: int, min_prob: float) -> list[int]:
+    def continuation(node: _Node, k: int, min_prob: float) -> Draft:
         """Up to `k` tokens from `node`, the most frequent child each time, while the product of
-        child / parent counts stays >= `min_prob`."""
-        out: list[int] = []
+        child / parent counts stays >= `min_prob`; with each token its own ratio (how often the
+        text went on so from there)."""
+        tokens: list[int] = []
+        ratios: list[float] = []
         prob = 1.0
-        while len(out) < k and node.children:
+        while len(tokens) < k and node.children:
             tok, child = max(node.children.items(), key=lambda kv: kv[1].count)
-            prob *= child.count / node.count
+            ratio = child.count / node.count
+            prob *= ratio
             if prob < min_prob:
                 break
-            out.append(tok)
+            tokens.append(tok)
+            ratios.append(ratio)
             node = child
-        return out
+        return tokens, ratios
 
 
 class RequestTree:
@@ -193,13 +199,14 @@ def propose_suffix(
     k: int,
     own: RequestTree,
     shared: SuffixTree | None,
-) -> list[int]:
-    """Up to `k` tokens after `tokens` from the job's tree (synced here) or its scope's."""
+) -> Draft:
+    """Up to `k` tokens after `tokens` from the job's tree (synced here) or its scope's, with
+    each its count ratio (SuffixTree.continuation)."""
     if k < 1 or not tokens:
-        return []
+        return [], []
     own.sync(tokens)
     max_len = config.suffix_decoding_max_tree_depth - 1
-    best: tuple[int, list[int]] = (0, [])
+    best: tuple[int, Draft] = (0, ([], []))
     for node, m in (
         own.match(max_len),
         shared.match(tokens, max_len) if shared is not None else (None, 0),
@@ -208,6 +215,6 @@ def propose_suffix(
             continue
         limit = min(k, max(1, int(config.suffix_decoding_max_spec_factor * m)))
         draft = SuffixTree.continuation(node, limit, config.suffix_decoding_min_token_prob)
-        if draft:
+        if draft[0]:
             best = (m, draft)
     return best[1]

@@ -14,7 +14,8 @@ CFG = SpeculativeConfig(method="suffix", num_speculative_tokens=8, suffix_decodi
 
 
 def own(tokens: list[int], k: int = 8, cfg: SpeculativeConfig = CFG, shared=None) -> list[int]:
-    return propose_suffix(cfg, tokens, k, RequestTree(cfg.suffix_decoding_max_tree_depth), shared)
+    tree = RequestTree(cfg.suffix_decoding_max_tree_depth)
+    return propose_suffix(cfg, tokens, k, tree, shared)[0]
 
 
 def test_the_jobs_own_text_continues_its_longest_match():
@@ -28,6 +29,9 @@ def test_the_jobs_own_text_continues_its_longest_match():
 def test_the_most_frequent_continuation_wins_and_rare_ones_are_cut():
     text = [7, 1, 2, 7, 1, 2, 7, 1, 3, 7, 1]  # after "7 1": "2" twice, "3" once
     assert own(text)[0] == 2
+    tree = RequestTree(CFG.suffix_decoding_max_tree_depth)
+    tokens, ratios = propose_suffix(CFG, text, 8, tree, None)
+    assert tokens[:2] == [2, 7] and ratios[:2] == [0.5, 1.0]  # each token's own count ratio
     strict = replace(CFG, suffix_decoding_min_token_prob=0.9)
     assert own(text, cfg=strict) == []  # P("2" after "7 1") = 2/4: below 0.9
 
@@ -42,7 +46,7 @@ def test_a_request_tree_follows_appends_and_rollbacks():
     tree = RequestTree(8)
     cfg = CFG
     tokens = [1, 2, 3, 4, 1, 2]
-    assert propose_suffix(cfg, tokens, 4, tree, None) == [3, 4]
+    assert propose_suffix(cfg, tokens, 4, tree, None)[0] == [3, 4]
     tokens += [3, 4, 9, 9]
     assert tree.num_indexed == 6
     propose_suffix(cfg, tokens, 4, tree, None)
@@ -50,9 +54,9 @@ def test_a_request_tree_follows_appends_and_rollbacks():
     del tokens[7:]  # rolled back to [1 2 3 4 1 2 3]
     tree.rewind(tokens)
     tokens += [5]
-    assert propose_suffix(cfg, tokens, 4, tree, None) == []  # "3 5" / "5": never seen before
+    assert propose_suffix(cfg, tokens, 4, tree, None)[0] == []  # "3 5" / "5": never seen before
     tokens += [1, 2, 3]
-    got = propose_suffix(cfg, tokens, 4, tree, None)
+    got = propose_suffix(cfg, tokens, 4, tree, None)[0]
     assert got and got[0] in (4, 5)  # both continuations of "1 2 3" are in the tree
 
 

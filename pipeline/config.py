@@ -72,6 +72,8 @@ class SpeculativeConfig:
             raise ValueError("suffix_decoding_min_token_prob must be in [0, 1]")
         if self.disable_by_batch_size is not None and self.disable_by_batch_size < 1:
             raise ValueError("disable_by_batch_size must be at least 1")
+        if not isinstance(self.size_by_cost, bool):
+            raise ValueError("size_by_cost must be true or false")
 
     @classmethod
     def from_json(cls, text: str) -> SpeculativeConfig | None:

@@ -55,10 +55,13 @@ def test_the_config_reads_vllm_json_and_refuses_nonsense():
     assert SpeculativeConfig().num_speculative_tokens == 4
     got = SpeculativeConfig.from_json('{"method": "suffix", "suffix_decoding_max_tree_depth": 16}')
     assert got.num_speculative_tokens == 16
+    assert SpeculativeConfig().size_by_cost  # ours, on unless turned off
+    assert not SpeculativeConfig.from_json('{"size_by_cost": false}').size_by_cost
     for bad in (
         '{"method": "eagle"}', '{"num_speculative_tokens": 0}', '{"k": 1}', "{",
         '{"method": "suffix", "suffix_decoding_min_token_prob": 2}',
         '{"method": "suffix", "suffix_decoding_max_tree_depth": 1}',
+        '{"size_by_cost": "no"}',
     ):  # fmt: skip
         with pytest.raises(ValueError):
             SpeculativeConfig.from_json(bad)

@@ -75,13 +75,14 @@ class ForwardCost:
     DECAY = 0.995
     PRIOR_ROWS = 32.0  # a CPU: a row of fp32 linears ~1/30 of a forward's fixed part
     PRIOR_STRENGTH = 64.0
-    MAX_ROWS = 256  # longer forwards are prefills, whose rows cost otherwise (attention)
 
     def __init__(self) -> None:
         self.w = self.sr = self.st = self.srr = self.srt = 0.0
 
     def observe(self, rows: int, seconds: float) -> None:
-        if rows > self.MAX_ROWS or seconds <= 0:
+        """A decoding forward of `rows` rows took `seconds` (the engine feeds no prefill: a
+        prompt's rows cost otherwise, attention over the prompt)."""
+        if seconds <= 0:
             return
         d = self.DECAY
         self.w = d * self.w + 1.0

@@ -87,8 +87,6 @@ def test_the_forward_cost_is_fitted_and_the_prior_stands_without_variation():
         rows = rng.randint(1, 80)
         cost.observe(rows, 0.040 + 0.002 * rows)  # a = 40 ms, b = 2 ms: q = 20 rows
     assert cost.fixed_rows() == pytest.approx(20.0, rel=0.05)
-    cost.observe(1000, 99.0)  # a prefill's forward: not a decode row's cost
-    assert cost.fixed_rows() == pytest.approx(20.0, rel=0.05)
     flat = ForwardCost()
     for _ in range(50):
         flat.observe(16, 0.07)  # a full batch, never anything else
@@ -125,6 +123,8 @@ def test_a_full_batch_verifies_fewer_rows_with_the_same_tokens():
     # A forward whose fixed part is worth 4 rows (a large batch on a slow CPU): the learned cost
     # is pinned so that the test does not hang on this machine's timings.
     sized.sizer.cost.fixed_rows = lambda: 4.0
+    fed, feed = [], sized.sizer.observe_forward
+    sized.sizer.observe_forward = lambda rows, s: (fed.append(rows), feed(rows, s))
     prompts = [f"Q: What is {a} + {b}?\n" for a, b in zip(range(3, 19), range(40, 56), strict=True)]
     params = [SamplingParams(temperature=0.7, seed=i, max_tokens=120) for i in range(16)]
     want = [o.token_ids for o in off.generate(prompts, params)]
@@ -132,3 +132,7 @@ def test_a_full_batch_verifies_fewer_rows_with_the_same_tokens():
     assert [o.token_ids for o in uncut.generate(prompts, params)] == want
     s, u = sized.stats, uncut.stats
     assert 0 < s.num_spec_proposed < u.num_spec_proposed / 2
+    # The cost fit is fed decoding forwards only (a row each, and what was proposed), never the
+    # prompts' prefill, whose 16 prompts of 10 or more tokens run as one forward.
+    assert 0 < len(fed) < s.num_forwards
+    assert all(rows <= 16 * (1 + 8) for rows in fed)

@@ -208,7 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=speculative_config,
         help='vLLM\'s JSON, e.g. \'{"method": "ngram", "num_speculative_tokens": 4}\' or '
         '\'{"method": "suffix"}\': proposed tokens checked in one forward pass; the same '
-        "output as without",
+        "output as without. Each step's proposals are cut to what pays at the batch "
+        '("size_by_cost": false verifies all, as vLLM does)',
     )
     chat = g.add_mutually_exclusive_group()
     chat.add_argument(

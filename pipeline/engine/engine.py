@@ -342,7 +342,7 @@ class Engine(StepEngine):
             s.seq.num_computed_tokens == s.seq.num_tokens - 1 - s.seq.num_draft
             for s in sched.scheduled
         ):
-            self.sizer.observe_forward(sum(s.num_new_tokens for s in sched.scheduled), forward_s)
+            self.sizer.cost.observe(sum(s.num_new_tokens for s in sched.scheduled), forward_s)
         self.stats.num_forwards += 1
         self.stats.forward_s += forward_s
         self.stats.forward_cpu_s += time.thread_time() - c1
@@ -436,7 +436,7 @@ class Engine(StepEngine):
         self.block_manager.release_past(seq, base + accepted)
         if seq.spec_acceptance is not None and proposed:
             if self.sizer is not None:
-                self.sizer.observe_verdict(seq.spec_acceptance.confs[: len(proposed)], accepted)
+                self.sizer.table.update(seq.spec_acceptance.confs[: len(proposed)], accepted)
             seq.spec_acceptance.update(accepted, seq.num_tokens)
         self.stats.num_spec_forwards += 1
         self.stats.num_spec_accepted += accepted

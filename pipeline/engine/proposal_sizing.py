@@ -148,8 +148,9 @@ def size_proposals(
 
 
 class ProposalSizer:
-    """The engine's sizing of proposals: what its forwards cost and how its proposals fared,
-    learned as it runs, and the cut of each step's proposals to what pays."""
+    """The engine's sizing of proposals: what its forwards cost (`cost`, fed each decoding
+    forward) and how its proposals fared (`table`, fed each verdict), learned as it runs, and
+    the cut of each step's proposals to what pays."""
 
     def __init__(self) -> None:
         self.table = AcceptanceTable()
@@ -158,9 +159,3 @@ class ProposalSizer:
     def size(self, candidates: list[Candidate], base_tokens: int, base_rows: int) -> float:
         fixed = self.cost.fixed_rows()
         return size_proposals(candidates, self.table, fixed, base_tokens, base_rows)
-
-    def observe_forward(self, rows: int, seconds: float) -> None:
-        self.cost.observe(rows, seconds)
-
-    def observe_verdict(self, confs: list[float | None], accepted: int) -> None:
-        self.table.update(confs, accepted)

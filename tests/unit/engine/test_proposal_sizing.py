@@ -123,8 +123,8 @@ def test_a_full_batch_verifies_fewer_rows_with_the_same_tokens():
     # A forward whose fixed part is worth 4 rows (a large batch on a slow CPU): the learned cost
     # is pinned so that the test does not hang on this machine's timings.
     sized.sizer.cost.fixed_rows = lambda: 4.0
-    fed, feed = [], sized.sizer.observe_forward
-    sized.sizer.observe_forward = lambda rows, s: (fed.append(rows), feed(rows, s))
+    fed, feed = [], sized.sizer.cost.observe
+    sized.sizer.cost.observe = lambda rows, s: (fed.append(rows), feed(rows, s))
     prompts = [f"Q: What is {a} + {b}?\n" for a, b in zip(range(3, 19), range(40, 56), strict=True)]
     params = [SamplingParams(temperature=0.7, seed=i, max_tokens=120) for i in range(16)]
     want = [o.token_ids for o in off.generate(prompts, params)]

@@ -1,9 +1,15 @@
-"""oneDNN linear with prepacked weights: the CPU fast path for every projection.
+"""Linears with prepacked weights: the CPU fast path for every projection.
 
 `F.linear` in fp32 goes to MKL sgemm, which on some CPUs (AMD EPYC here) takes a slow
 generic path; oneDNN with weights reordered once into its blocked layout runs the same GEMM
 1.3-2x faster in fp32 and several times faster in bf16 (AVX512-BF16). vLLM's CPU backend
 does the same. The reference is `F.linear`; tests check the two agree.
+
+In fp32 on x86 with AVX2 + FMA or AVX-512, the C kernel of linear_f32_cpu goes first: a
+decode step's linears are reads of their weights, and it streams them at 1.03-1.26x the time
+of one read of the bytes from 1 to 8 rows, where oneDNN took 1.3-1.6x (a 135M model, AVX-512
+host, bench/RESULTS.md); it also led oneDNN up to 64 rows there and tied at 256. Each output
+is one fp32 chain over k: a row's result does not depend on the batch it is in.
 
 Where oneDNN cannot pack bf16 (AVX2-only x86), F.linear runs bf16 through generic loops, 2-6x
 slower than this module's other path: the C kernel of linear_bf16_cpu (weights packed once,
@@ -20,7 +26,7 @@ from abc import ABC, abstractmethod
 import torch
 from torch import nn
 
-from pipeline.kernels import dispatch, linear_bf16_cpu
+from pipeline.kernels import dispatch, linear_bf16_cpu, linear_f32_cpu
 
 _OPS = torch.ops.mkldnn
 
@@ -85,6 +91,17 @@ class PackedLinear(_Prepacked):
         return _OPS._linear_pointwise(rows, self.packed_weight, self.bias, "none", [], "")
 
 
+class F32Linear(_Prepacked):
+    """Drop-in for an fp32 nn.Linear on x86 CPUs with the C kernel's vector loop
+    (linear_f32_cpu)."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__(linear, linear_f32_cpu.pack(linear.weight.detach()))
+
+    def _rows(self, rows: torch.Tensor) -> torch.Tensor:
+        return linear_f32_cpu.linear(rows, self.packed_weight, self.bias, self.out_features)
+
+
 class Bf16Linear(_Prepacked):
     """Drop-in for a bf16 nn.Linear on CPU where oneDNN cannot pack bf16 (linear_bf16_cpu)."""
 
@@ -105,11 +122,19 @@ def bf16_kernel_applies() -> bool:
     )
 
 
+def f32_kernel_applies() -> bool:
+    """Whether fp32 linears take the C kernel: it builds here with a vector loop (AVX2 + FMA
+    or AVX-512) and STEPWISE_KERNELS leaves C kernels on."""
+    return dispatch.backend() == "auto" and linear_f32_cpu.has_vector_path()
+
+
 def replacement(linear: nn.Linear, batch_hint: int) -> nn.Module | None:
     """What `prepack_linears` puts in place of `linear` on this CPU, or None (it stays)."""
     w = linear.weight
     if w.device.type != "cpu":
         return None
+    if w.dtype == torch.float32 and f32_kernel_applies():
+        return F32Linear(linear)
     if supports(w.dtype):
         return PackedLinear(linear, batch_hint)
     if w.dtype == torch.bfloat16 and bf16_kernel_applies():
@@ -125,8 +150,9 @@ BATCH_HINT = 64
 
 
 def prepack_linears(model: nn.Module, batch_hint: int = BATCH_HINT) -> int:
-    """Replace every CPU nn.Linear by a PackedLinear where oneDNN packs its dtype, else (bf16)
-    by a Bf16Linear where that kernel applies; returns how many were replaced."""
+    """Replace every CPU nn.Linear by an F32Linear (fp32, where that kernel applies), else a
+    PackedLinear where oneDNN packs its dtype, else (bf16) a Bf16Linear where that kernel
+    applies; returns how many were replaced."""
     swaps = []
     for parent in model.modules():
         for name, child in parent.named_children():

@@ -37,7 +37,7 @@
 #define LB_SIMD 0
 #endif
 
-#define NR 16           /* output columns per packed panel (linear_bf16_cpu.py: PANEL) */
+#define NR 16           /* output columns per packed panel (linear_cpu.py: PANEL) */
 #define GROUP 4         /* panels per work item (64 columns) */
 #define MAX_ROWS 6      /* rows per micro-kernel call */
 #define PARALLEL_MIN (1 << 17) /* multiply-adds below which one thread does it all */
@@ -45,7 +45,7 @@
 int linear_bf16_simd(void) { return LB_SIMD; }
 
 /* w [N, K] (row stride K) -> packed (see the top), padding columns zero: N rounded up to whole
- * panels, times K values (linear_bf16_cpu.py's packed_size). */
+ * panels, times K values (linear_cpu.py's packed_size). */
 void linear_bf16_pack(const uint16_t *w, uint16_t *packed, int64_t n, int64_t k) {
   const int64_t panels = (n + NR - 1) / NR;
 #pragma omp parallel for if (n * k >= PARALLEL_MIN)

@@ -1,4 +1,4 @@
-"""Shared by the Triton kernel tests: tolerances, comparison, interpreted module loading.
+"""Shared by the kernel tests: tolerances, comparison, cases, interpreted module loading.
 
 Triton (3.9) reads TRITON_INTERPRET when it is first imported (its own `tl.max`, `tl.sum`...
 are jit functions), when a kernel is decorated and when it launches. So a process runs
@@ -68,6 +68,17 @@ def load_interpreted(name: str) -> ModuleType:
 def assert_close(got: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> None:
     atol, rtol = TOLERANCES[dtype]
     torch.testing.assert_close(got.float().cpu(), ref.float().cpu(), atol=atol, rtol=rtol)
+
+
+def linear_case(dtype, rows: int, n: int, k: int, bias: bool, seed: int = 0):
+    """x [rows, k], w [n, k], b [n] (or None) in `dtype`, and F.linear of them in float64 (the
+    inputs as rounded): a C linear kernel's case."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, k, generator=g).to(dtype)
+    w = (torch.randn(n, k, generator=g) / max(k, 1) ** 0.5).to(dtype)
+    b = torch.randn(n, generator=g).to(dtype) if bias else None
+    ref = torch.nn.functional.linear(x.double(), w.double(), None if b is None else b.double())
+    return x, w, b, ref
 
 
 def make_case(device, dtype, kv_heads, group, contexts, bs=16, head_dim=32, seed=0):

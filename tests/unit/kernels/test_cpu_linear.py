@@ -29,7 +29,8 @@ def test_packed_linear_matches_f_linear(dtype, atol, bias, rows):
     assert torch.allclose(got.float(), ref.float(), atol=atol, rtol=1e-2)
 
 
-def test_prepack_swaps_only_cpu_linears_and_keeps_3d_inputs_working():
+def test_prepack_swaps_only_cpu_linears_and_keeps_3d_inputs_working(monkeypatch):
+    monkeypatch.setenv("STEPWISE_KERNELS", "torch")  # fp32 on oneDNN, not the C kernel
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Sequential(nn.Linear(16, 4)))
     x = torch.randn(2, 3, 8)
     ref = model(x)

@@ -2,7 +2,7 @@
 
 Row counts 1-13 and 100 reach every micro-kernel (1-6 rows, several panels at once and one at a
 time); column counts off the 16-wide panels check the padding; the AVX2 and portable builds,
-one and two threads, strided rows, bias, and bad arguments.
+and bias. What both C linears share: test_linear_cpu.py.
 """
 
 import platform
@@ -12,7 +12,6 @@ import torch
 import torch.nn.functional as F
 
 from pipeline.kernels import cpu_build, linear_bf16_cpu
-from pipeline.kernels.dispatch import KernelArgumentError
 from tests.unit.kernels.kernel_helpers import assert_close
 
 BF16 = torch.bfloat16
@@ -50,29 +49,6 @@ def test_odd_and_long_rows(k):
     assert_close(linear_bf16_cpu.linear(x, linear_bf16_cpu.pack(w), b, 40), ref, BF16)
 
 
-def test_strided_rows_and_no_rows():
-    x, w, _, ref = case(5, 33, 64, False)
-    wide = torch.cat([x, torch.zeros_like(x)], dim=1)[:, :64]
-    assert not wide.is_contiguous()
-    packed = linear_bf16_cpu.pack(w)
-    assert_close(linear_bf16_cpu.linear(wide, packed, None, 33), ref, BF16)
-    assert linear_bf16_cpu.linear(x[:0], packed, None, 33).shape == (0, 33)
-
-
-def test_same_result_on_one_and_two_threads():
-    # Large enough to run in parallel; each output is summed by one thread, so they are equal.
-    x, w, b, _ = case(32, 1000, 256, True)
-    packed, before = linear_bf16_cpu.pack(w), torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        one = linear_bf16_cpu.linear(x, packed, b, 1000)
-        torch.set_num_threads(2)
-        two = linear_bf16_cpu.linear(x, packed, b, 1000)
-    finally:
-        torch.set_num_threads(before)
-    assert torch.equal(one, two)
-
-
 # Builds an x86 host may pick by its flags, made here whatever this host would pick.
 X86_BUILDS = {
     "avx2": ("-mno-avx512f", True),
@@ -95,40 +71,3 @@ def test_other_isa_builds(tmp_path, monkeypatch, build):
     finally:
         cpu_build.load.cache_clear()
     assert_close(out, ref, BF16)
-
-
-def test_bad_arguments_raise():
-    x, w, b, _ = case(3, 20, 16, True)
-    packed = linear_bf16_cpu.pack(w)
-    with pytest.raises(KernelArgumentError, match="linear_bf16_cpu"):
-        linear_bf16_cpu.linear(x.float(), packed, b, 20)
-    with pytest.raises(KernelArgumentError, match="packed weight"):
-        linear_bf16_cpu.linear(x, packed, b, 40)
-    with pytest.raises(KernelArgumentError, match="bias"):
-        linear_bf16_cpu.linear(x, packed, b[:10], 20)
-    with pytest.raises(KernelArgumentError, match="bias"):
-        linear_bf16_cpu.linear(x, packed, b.float(), 20)
-    with pytest.raises(KernelArgumentError, match="weight must be 2-D bf16"):
-        linear_bf16_cpu.pack(w.float())
-    with pytest.raises(KernelArgumentError, match=r"x torch.bfloat16 \(16,\)"):
-        linear_bf16_cpu.linear(x[0], packed, b, 20)
-    with pytest.raises(KernelArgumentError, match="bias"):  # every other value: not dense
-        linear_bf16_cpu.linear(x, packed, torch.stack([b, b], dim=1)[:, 0], 20)
-
-
-def test_empty_rows_of_k_give_the_bias():
-    x, w, b, _ = case(3, 20, 0, True)
-    out = linear_bf16_cpu.linear(x, linear_bf16_cpu.pack(w), b, 20)
-    assert torch.equal(out, b.expand(3, 20))
-
-
-def test_a_row_comes_out_the_same_alone_or_in_any_batch():
-    # Each output is one fp32 chain over k in order, whatever micro-kernel its rows fall in:
-    # a sequence's logits do not depend on what else is in the batch, so speculation's
-    # verifying pass (k + 1 rows) gives the tokens decoding one row at a time would.
-    x, w, b, _ = case(13, 100, 96, True)
-    packed = linear_bf16_cpu.pack(w)
-    batch = linear_bf16_cpu.linear(x, packed, b, 100)
-    for i in range(13):
-        assert torch.equal(linear_bf16_cpu.linear(x[i : i + 1], packed, b, 100)[0], batch[i])
-    assert torch.equal(linear_bf16_cpu.linear(x[3:8], packed, b, 100), batch[3:8])

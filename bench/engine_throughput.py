@@ -340,8 +340,9 @@ def matmul_seconds(
 ) -> tuple[float, dict[str, int]]:
     """Time this machine's torch matmuls need for the workload's linear layers and lm_head, at
     the batch sizes of `schedule` (measured now, same threads and dtype). Each shape takes the
-    faster of `F.linear`, oneDNN with a prepacked weight and (bf16 where oneDNN cannot pack it)
-    the C bf16 kernel: what the engine may run on CPU;
+    faster of `F.linear`, oneDNN with a prepacked weight, (bf16 where oneDNN cannot pack it)
+    the C bf16 kernel and (fp32 where it has a vector loop) the C fp32 kernel: what the engine
+    may run on CPU;
     also returns how many (rows, shape) points each path won."""
     import torch
     import torch.nn.functional as F
@@ -349,13 +350,14 @@ def matmul_seconds(
     torch.set_num_threads(threads)
     dt = getattr(torch, dtype)
     gen = torch.Generator().manual_seed(0)
-    from pipeline.kernels import linear_bf16_cpu
-    from pipeline.kernels.cpu_linear import bf16_kernel_applies, supports
+    from pipeline.kernels import linear_bf16_cpu, linear_f32_cpu
+    from pipeline.kernels.cpu_linear import bf16_kernel_applies, f32_kernel_applies, supports
 
     ops = torch.ops.mkldnn
     packed_ok = supports(dt)  # what the engine does: no oneDNN bf16 on an AVX2-only CPU
     # ... where it runs bf16 on its own C kernel instead (cpu_linear.Bf16Linear)
     c_bf16 = dt == torch.bfloat16 and bf16_kernel_applies()
+    c_f32 = dt == torch.float32 and f32_kernel_applies()  # cpu_linear.F32Linear
 
     def make(n_in: int, n_out: int) -> dict:
         w = torch.randn(n_out, n_in, generator=gen).to(dt)
@@ -366,6 +368,9 @@ def matmul_seconds(
         if c_bf16:
             cw = linear_bf16_cpu.pack(w)
             fns["c-bf16"] = lambda x, cw=cw, n=n_out: linear_bf16_cpu.linear(x, cw, None, n)
+        if c_f32:
+            cw = linear_f32_cpu.pack(w)
+            fns["c-f32"] = lambda x, cw=cw, n=n_out: linear_f32_cpu.linear(x, cw, None, n)
         return {"in": n_in, "fns": fns}
 
     layer = [make(k, n) for k, n in linear_shapes(d)]

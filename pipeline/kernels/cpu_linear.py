@@ -6,8 +6,8 @@ generic path; oneDNN with weights reordered once into its blocked layout runs th
 does the same. The reference is `F.linear`; tests check the two agree.
 
 In fp32 on x86 with AVX2 + FMA or AVX-512, the C kernel of linear_f32_cpu goes first: a
-decode step's linears are reads of their weights, and it streams them at 1.03-1.26x the time
-of one read of the bytes from 1 to 8 rows, where oneDNN took 1.3-1.6x (a 135M model, AVX-512
+decode step's linears are reads of their weights, and it streams them at 1.03-1.31x the time
+of one read of the bytes from 1 to 8 rows, where oneDNN took 1.3-1.8x (a 135M model, AVX-512
 host, bench/RESULTS.md); it also led oneDNN up to 64 rows there and tied at 256. Each output
 is one fp32 chain over k: a row's result does not depend on the batch it is in.
 

@@ -1,10 +1,10 @@
 /* fp32 linear on x86 CPUs: y = x W^T + b, x [M, K], W [N, K], y [M, N], all fp32.
  *
  * A decode step reads every weight once and multiplies it by a few rows: the weights' bytes
- * are the cost. oneDNN's fp32 GEMM (cpu_linear.PackedLinear) reached 75% of this host's
- * streaming bandwidth at one row and 60% at eight (bench/RESULTS.md); this kernel streams each
- * weight panel once per call and keeps every row's sums in registers, and on the AVX-512 host
- * measured it also led oneDNN up to 512 rows (prefill chunks).
+ * are the cost. oneDNN's fp32 GEMM (cpu_linear.PackedLinear) reached 72-76% of the AVX-512
+ * host's streaming bandwidth at one row and 57-61% at eight (bench/RESULTS.md); this kernel
+ * streams each weight panel once per call and keeps every row's sums in registers. There it
+ * also led oneDNN up to 64 rows and tied at 256 (prefill chunks).
  *
  * Weights are packed once (linear_f32_pack) into panels of 16 output columns, k-major: for each
  * k the panel's 16 values, contiguous. The micro-kernel keeps R rows x P panels of sums in

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 from abc import ABC, abstractmethod
+from types import ModuleType
 
 import torch
 from torch import nn
@@ -91,25 +92,29 @@ class PackedLinear(_Prepacked):
         return _OPS._linear_pointwise(rows, self.packed_weight, self.bias, "none", [], "")
 
 
-class F32Linear(_Prepacked):
-    """Drop-in for an fp32 nn.Linear on x86 CPUs with the C kernel's vector loop
-    (linear_f32_cpu)."""
+class _KernelLinear(_Prepacked):
+    """Drop-in for an nn.Linear on one of our C kernels (`kernel`: its module, with `pack` and
+    `linear`)."""
+
+    kernel: ModuleType
 
     def __init__(self, linear: nn.Linear):
-        super().__init__(linear, linear_f32_cpu.pack(linear.weight.detach()))
+        super().__init__(linear, self.kernel.pack(linear.weight.detach()))
 
     def _rows(self, rows: torch.Tensor) -> torch.Tensor:
-        return linear_f32_cpu.linear(rows, self.packed_weight, self.bias, self.out_features)
+        return self.kernel.linear(rows, self.packed_weight, self.bias, self.out_features)
 
 
-class Bf16Linear(_Prepacked):
-    """Drop-in for a bf16 nn.Linear on CPU where oneDNN cannot pack bf16 (linear_bf16_cpu)."""
+class F32Linear(_KernelLinear):
+    """An fp32 nn.Linear on x86 CPUs with the C kernel's vector loop (linear_f32_cpu)."""
 
-    def __init__(self, linear: nn.Linear):
-        super().__init__(linear, linear_bf16_cpu.pack(linear.weight.detach()))
+    kernel = linear_f32_cpu
 
-    def _rows(self, rows: torch.Tensor) -> torch.Tensor:
-        return linear_bf16_cpu.linear(rows, self.packed_weight, self.bias, self.out_features)
+
+class Bf16Linear(_KernelLinear):
+    """A bf16 nn.Linear on CPU where oneDNN cannot pack bf16 (linear_bf16_cpu)."""
+
+    kernel = linear_bf16_cpu
 
 
 def bf16_kernel_applies() -> bool:

@@ -39,6 +39,10 @@ class CLinearKernel:
         lib = cpu_build.load(self.library)
         return 0 if lib is None else int(getattr(lib, f"linear_{self.suffix}_simd")())
 
+    def has_vector_path(self) -> bool:
+        """Whether this host's build has a vector loop: only then does the engine use it."""
+        return self.simd() > 0
+
     def _lib(self) -> ctypes.CDLL:
         lib = cpu_build.load(self.library)
         if lib is None:

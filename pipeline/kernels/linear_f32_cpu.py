@@ -16,8 +16,9 @@ from pipeline.kernels.linear_cpu import CLinearKernel
 
 LIBRARY = "linear_f32_cpu"
 _KERNEL = CLinearKernel(LIBRARY, torch.float32, torch.float32, "f32")
-pack, linear, simd = _KERNEL.pack, _KERNEL.linear, _KERNEL.simd
-
-
-def has_vector_path() -> bool:
-    return simd() > 0
+pack, linear, simd, has_vector_path = (
+    _KERNEL.pack,
+    _KERNEL.linear,
+    _KERNEL.simd,
+    _KERNEL.has_vector_path,
+)

@@ -78,6 +78,7 @@ class Engine(StepEngine):
         model = load_model(path, self.dtype, self.device, self.max_model_len)
         if config.cpu_prepack and self.device.type == "cpu":
             prepack_linears(model)
+            model.fuse_cpu_stack()
         self.tokenizer = Tokenizer(path) if (path / "tokenizer.json").is_file() else None
         eos = set(mc.eos_token_ids)
         if self.tokenizer is not None:

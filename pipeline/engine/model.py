@@ -2,6 +2,10 @@
 
 Projections are fused (q/k/v into one matmul, gate/up into another); the loader splits the
 checkpoint's separate tensors into them. Logits are computed only for the rows that sample.
+
+On CPU, once every projection runs on one of our C linear kernels (`prepack_linears`), the
+engine calls `fuse_cpu_stack`: the layers' forward is then one C call (kernels/decoder_cpu.py)
+running the same kernels as the modules, bit for bit, without the Python between them.
 """
 
 from __future__ import annotations
@@ -12,7 +16,8 @@ from torch import nn
 from pipeline.engine.attention import AttentionMetadata, paged_attention
 from pipeline.engine.model_config import ModelConfig
 from pipeline.engine.rope import RotaryEmbedding
-from pipeline.kernels import elementwise
+from pipeline.kernels import decoder_cpu, dispatch, elementwise
+from pipeline.kernels.cpu_linear import kernel_of
 
 
 class RMSNorm(nn.Module):
@@ -114,6 +119,55 @@ class CausalLM(nn.Module):
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
+        self.cpu_stack: decoder_cpu.DecoderStack | None = None  # fuse_cpu_stack sets it
+
+    def fuse_cpu_stack(self) -> bool:
+        """Run the layers in one C call from now on, where they allow it: every projection on
+        the same C linear kernel of the model's dtype, no q/k norms, the kernels built. Call it
+        after `prepack_linears`; returns whether the stack is fused."""
+        self.cpu_stack = None
+        cfg = self.config
+        projections = [
+            (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj,
+             layer.mlp.down_proj)
+            for layer in self.layers
+        ]  # fmt: skip
+        kernels = {kernel_of(p) for ps in projections for p in ps}
+        dtype = self.embed_tokens.weight.dtype
+        if (
+            cfg.qk_norm
+            or len(kernels) != 1
+            or None in kernels
+            or self.embed_tokens.weight.device.type != "cpu"
+            or not decoder_cpu.is_supported(dtype)
+        ):
+            return False
+        (linear,) = kernels
+        if linear.dtype != dtype:
+            return False
+        layers = [
+            decoder_cpu.LayerWeights(
+                layer.input_layernorm.weight.detach(),
+                layer.post_attention_layernorm.weight.detach(),
+                *(t for p in ps for t in (p.packed_weight, p.bias)),
+            )
+            for layer, ps in zip(self.layers, projections, strict=True)
+        ]
+        attn = self.layers[0].self_attn
+        shape = decoder_cpu.StackShape(
+            cfg.hidden_size, attn.num_heads, attn.num_kv_heads, attn.head_dim,
+            cfg.intermediate_size, cfg.rms_norm_eps, attn.scale,
+        )  # fmt: skip
+        self.cpu_stack = decoder_cpu.DecoderStack(layers, shape, linear)
+        return True
+
+    def _runs_fused(self, x: torch.Tensor, meta: AttentionMetadata) -> bool:
+        """Whether this batch goes through `cpu_stack`: all its rows in one decode group (the
+        C attention path's batch) and C kernels on."""
+        if self.cpu_stack is None or meta.prefills or len(meta.decode_groups) != 1:
+            return False
+        g = meta.decode_groups[0]
+        return g.start == 0 and g.end == x.shape[0] and dispatch.backend() == "auto"
 
     def forward(
         self,
@@ -125,6 +179,22 @@ class CausalLM(nn.Module):
         # input_ids, positions: [T]  ->  hidden: [T, hidden]
         x = self.embed_tokens(input_ids)
         rope = self.rotary.cos_sin(positions, x.dtype)
+        if self._runs_fused(x, meta):
+            g = meta.decode_groups[0]
+            x, residual = self.cpu_stack.forward(
+                x, *rope, meta.slot_mapping, g.block_tables, g.context_lens, kv_caches
+            )
+            return x + residual
+        return self.forward_modules(x, rope, kv_caches, meta)
+
+    def forward_modules(
+        self,
+        x: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
+        meta: AttentionMetadata,
+    ) -> torch.Tensor:
+        """The layers module by module: embeddings x [T, hidden] -> hidden [T, hidden]."""
         residual = None
         for layer, kv in zip(self.layers, kv_caches, strict=True):
             x, residual = layer(x, residual, rope, kv, meta)

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from pipeline.kernels import dispatch, linear_bf16_cpu, linear_f32_cpu
+from pipeline.kernels.linear_cpu import CLinearKernel
 
 _OPS = torch.ops.mkldnn
 
@@ -115,6 +116,11 @@ class Bf16Linear(_KernelLinear):
     """A bf16 nn.Linear on CPU where oneDNN cannot pack bf16 (linear_bf16_cpu)."""
 
     kernel = linear_bf16_cpu
+
+
+def kernel_of(module: nn.Module) -> CLinearKernel | None:
+    """The C kernel a linear runs on (an F32Linear's or Bf16Linear's), else None."""
+    return module.kernel.KERNEL if isinstance(module, _KernelLinear) else None
 
 
 def bf16_kernel_applies() -> bool:

@@ -14,6 +14,6 @@ from pipeline.kernels.linear_cpu import CLinearKernel
 
 LIBRARY = "linear_bf16_cpu"
 # The packed buffer holds bf16 bits (uint16 in C) as int16.
-_KERNEL = CLinearKernel(LIBRARY, torch.bfloat16, torch.int16, "bf16")
+KERNEL = CLinearKernel(LIBRARY, torch.bfloat16, torch.int16, "bf16")
 # has_vector_path: whether the kernel builds here with a vector loop (AVX2 + FMA or NEON).
-pack, linear, has_vector_path = _KERNEL.pack, _KERNEL.linear, _KERNEL.has_vector_path
+pack, linear, has_vector_path = KERNEL.pack, KERNEL.linear, KERNEL.has_vector_path

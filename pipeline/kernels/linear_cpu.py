@@ -49,6 +49,10 @@ class CLinearKernel:
             raise RuntimeError(f"the C kernel {self.library} could not be built (see the log)")
         return lib
 
+    def entry(self) -> ctypes._CFuncPtr:
+        """The C function `linear_<suffix>` (decoder_cpu calls it through its address)."""
+        return getattr(self._lib(), f"linear_{self.suffix}")
+
     def pack(self, weight: torch.Tensor) -> torch.Tensor:
         """weight [N, K] -> the packed panels (a flat buffer)."""
         if weight.dim() != 2 or weight.dtype != self.dtype or weight.device.type != "cpu":
@@ -93,7 +97,7 @@ class CLinearKernel:
         m, k = x.shape
         out = torch.empty((m, out_features), dtype=self.dtype)
         i64 = ctypes.c_int64
-        rc = getattr(self._lib(), f"linear_{self.suffix}")(
+        rc = self.entry()(
             cpu_build.ptr(x), cpu_build.ptr(packed),
             _NULL if bias is None else cpu_build.ptr(bias), cpu_build.ptr(out),
             i64(m), i64(out_features), i64(k), i64(x.stride(0)), i64(out_features),

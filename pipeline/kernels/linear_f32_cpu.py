@@ -15,10 +15,10 @@ import torch
 from pipeline.kernels.linear_cpu import CLinearKernel
 
 LIBRARY = "linear_f32_cpu"
-_KERNEL = CLinearKernel(LIBRARY, torch.float32, torch.float32, "f32")
+KERNEL = CLinearKernel(LIBRARY, torch.float32, torch.float32, "f32")
 pack, linear, simd, has_vector_path = (
-    _KERNEL.pack,
-    _KERNEL.linear,
-    _KERNEL.simd,
-    _KERNEL.has_vector_path,
+    KERNEL.pack,
+    KERNEL.linear,
+    KERNEL.simd,
+    KERNEL.has_vector_path,
 )

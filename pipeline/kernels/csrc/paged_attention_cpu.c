@@ -36,15 +36,7 @@
 #define PA_ROWS 1
 #endif
 
-/* Shapes and strides (in elements); mirrored by ctypes in paged_attention_cpu.py. */
-struct attn_shape {
-  int64_t b, kvh, g_heads, d, bs;
-  int64_t sq_b, sq_h, so_b, so_h;  /* q and out: batch and head strides */
-  int64_t sk_h, sk_blk, sv_h, sv_blk;  /* caches: head and block strides (rows of D are dense) */
-  int64_t sbt, table_width;  /* block_tables: row stride, blocks per row */
-  int64_t num_blocks;  /* blocks in the cache: every id read is checked against it */
-  float scale;
-};
+#include "attn_shape.h"
 
 /* Errors (nothing is written): the wrapper raises them as KernelArgumentError. */
 enum { ATTN_OK = 0, ATTN_NO_MEMORY = -1, ATTN_BAD_CONTEXT = -2, ATTN_BAD_BLOCK = -3 };

@@ -147,10 +147,11 @@ def test_bad_arguments_raise_before_any_work(llama_dir):
     eng = engine(llama_dir)
     stack, caches = eng.runner.model.cpu_stack, eng.kv_cache.layers
     s = stack.shape
-    x = torch.zeros(2, s.hidden)
-    cos = torch.zeros(2, s.head_dim)
+    x = torch.randn(2, s.hidden)
+    cos = torch.ones(2, s.head_dim)
     rows = dict(slots=torch.tensor([0, 1]), block_tables=torch.zeros(2, 1, dtype=torch.long))
     ctx = torch.tensor([1, 2])
+    before = [(k.clone(), v.clone()) for k, v in caches]
     with pytest.raises(KernelArgumentError, match="rows of"):
         stack.forward(x.double(), cos, cos, **rows, context_lens=ctx, kv_caches=caches)
     with pytest.raises(KernelArgumentError, match="tables"):
@@ -161,11 +162,11 @@ def test_bad_arguments_raise_before_any_work(llama_dir):
         stack.forward(x, cos, cos, **rows, context_lens=ctx, kv_caches=odd)
     with pytest.raises(KernelArgumentError, match="one .k, v. cache pair per layer"):
         stack.forward(x, cos, cos, **rows, context_lens=ctx, kv_caches=caches[:-1])
-    # Nothing was written: a good call after the bad ones still matches the modules.
-    assert stack.forward(x, cos, cos, **rows, context_lens=ctx, kv_caches=caches)[0].shape == (
-        2,
-        s.hidden,
-    )
+    for (k, v), (k0, v0) in zip(caches, before, strict=True):
+        assert torch.equal(k, k0) and torch.equal(v, v0)
+    # and the stack still runs: both rows' K/V land in their slots
+    stack.forward(x, cos, cos, **rows, context_lens=ctx, kv_caches=caches)
+    assert not torch.equal(caches[0][0][:, 0, :2], before[0][0][:, 0, :2])
 
 
 def test_weights_are_checked_when_the_stack_is_built(llama_dir):

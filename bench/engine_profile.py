@@ -11,6 +11,9 @@ Then the layers' matmuls alone at decode sizes, timed two ways: one weight hot i
 engine_throughput's roofline times them) and every layer's weight in turn (how a forward reads
 them), with the ratio between the two: what a model whose weights do not fit in cache pays.
 A diagnosis, not a comparison: engine_throughput.py is the side-by-side benchmark.
+The pieces are timed between Python calls, so the engine runs its layers module by module
+here, not as the one C call of the fused stack (CausalLM.cpu_stack, taken off for the profile;
+bench/decoder_stack.py compares the two).
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ def profile_engine(path: Path, dtype: str, threads: int, reqs) -> dict:
             kv_cache_memory_gb=1.0,
         )
     )  # fmt: skip
+    engine.runner.model.cpu_stack = None  # the modules' path: its pieces are Python calls
     originals = [_timed(model_module, "paged_attention", "attention", times, calls)]
     for name in ("rms_norm", "add_rms_norm", "rotary", "silu_and_mul"):
         originals.append(_timed(elementwise, name, "elementwise", times, calls))

@@ -5,7 +5,8 @@ The driver computes nothing itself: it calls the same C kernels the modules call
 linear of linear_<f32|bf16>_cpu, elementwise_cpu's norms, SiLU and rotary, kv_store_cpu,
 paged_attention_cpu) through function pointers taken from their libraries, with the arguments
 the modules would give them, so its result is the modules' bit for bit. What it removes is the
-Python between the kernels: at one sequence on a 135M model, a quarter of a decode step.
+Python between the kernels: on the R1-style reasoner (a 135M model, fp32) a decode step of one
+sequence took 44.0 ms module by module and 26.7 ms in one call (bench/decoder_stack.py).
 
 `DecoderStack.forward` takes the batch as the C attention path runs it: every row (decode
 token or prefill token) one query against its own context, in one call per layer.

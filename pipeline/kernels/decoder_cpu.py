@@ -121,6 +121,7 @@ class DecoderStack:
             raise RuntimeError(f"{KERNEL}: a kernel it calls is not built here for {dtype}")
         self.dtype, self.shape, self.layers = dtype, shape, layers
         s = shape
+        check(s.heads % s.kv_heads == 0, KERNEL, f"{s.heads} heads over {s.kv_heads} KV heads")
         width = s.heads * s.head_dim + 2 * s.kv_heads * s.head_dim
         sizes = {
             "input_norm": s.hidden, "post_norm": s.hidden, "qkv": (width, s.hidden),
@@ -132,13 +133,17 @@ class DecoderStack:
                 self._check_weight(i, name, getattr(layer, name), size, linear)
         suffix = cpu_build.SUFFIXES[str(dtype).removeprefix("torch.")]
         elementwise = cpu_build.load(elementwise_cpu.LIBRARY)
+        kv_store = cpu_build.load(kv_store_cpu.LIBRARY)
+        attention = cpu_build.load(paged_attention_cpu.LIBRARY)
+        # Held while the stack lives: the function pointers below point into these libraries.
+        self._libraries = (elementwise, kv_store, attention, cpu_build.load(linear.library))
         self._kernels = _Kernels(
             _address(getattr(elementwise, f"rms_norm_{suffix}")),
             _address(linear.entry()),
             _address(getattr(elementwise, f"silu_and_mul_{suffix}")),
             _address(getattr(elementwise, f"rotary_{suffix}")),
-            _address(cpu_build.load(kv_store_cpu.LIBRARY).store_kv),
-            _address(cpu_build.entry(paged_attention_cpu.LIBRARY, "paged_decode_attention", dtype)),
+            _address(kv_store.store_kv),
+            _address(getattr(attention, f"paged_decode_attention_{suffix}")),
         )
         self._layers = (_Layer * len(layers))()
         for c, layer in zip(self._layers, layers, strict=True):

@@ -2,7 +2,7 @@
  * C, in the order and with the arguments the engine's modules give them (engine/model.py).
  *
  * Why: module by module, a layer is ten Python calls (module calls, views, argument checks,
- * ctypes conversions), and OpenMP's workers spin down between them; on the R1-style reasoner
+ * ctypes conversions), with OpenMP's workers likely asleep between them; on the R1-style reasoner
  * (30 layers, fp32) a decode step of one sequence took 44.0 ms that way and 26.7 ms through
  * this driver (bench/decoder_stack.py, bench/RESULTS.md). This is that loop in C. It
  * computes nothing itself: the kernels are the ones the modules call (linear_<t>_cpu,

@@ -2,9 +2,9 @@
  * C, in the order and with the arguments the engine's modules give them (engine/model.py).
  *
  * Why: module by module, a layer is ten Python calls (module calls, views, argument checks,
- * ctypes conversions), with OpenMP's workers likely asleep between them; on the R1-style reasoner
- * (30 layers, fp32) a decode step of one sequence took 44.0 ms that way and 26.7 ms through
- * this driver (bench/decoder_stack.py, bench/RESULTS.md). This is that loop in C. It
+ * ctypes conversions); on the R1-style reasoner (30 layers, fp32) a decode step of one sequence
+ * took 44.0 ms that way and 26.7 ms through this driver (bench/decoder_stack.py,
+ * bench/RESULTS.md). This is that loop in C. It
  * computes nothing itself: the kernels are the ones the modules call (linear_<t>_cpu,
  * elementwise_cpu, kv_store_cpu, paged_attention_cpu), reached through the function pointers
  * in `struct decoder_kernels` that decoder_cpu.py takes from their libraries, so each keeps its

@@ -1,17 +1,20 @@
-"""bf16 linear where oneDNN cannot pack bf16: the C kernel against F.linear (and fp32 oneDNN).
+"""bf16 linear: the C kernel against F.linear, oneDNN bf16 where it packs, and fp32 oneDNN.
 
     python bench/linear_bf16.py [--runs 5] [--threads 2] [--rows 1,8,32]
 
 SmolLM2's projection shapes (fused QKV, gate+up, down, lm_head) at decode batch sizes, one
 process, the sides interleaved run by run: `c-bf16` (linear_bf16_cpu, what the engine runs
-there), `F.linear bf16` (what it ran before) and, for scale, oneDNN fp32 with a prepacked
-weight (the engine's fp32 path). Prints medians (min-max) of the runs in us per call and the
-kernel's speed over each other side.
+where the kernel applies), `F.linear bf16`, `oneDNN bf16` with a prepacked weight where oneDNN
+packs bf16 (what the engine runs where the kernel does not) and, for scale, oneDNN fp32 (the
+fp32 path before the fp32 C kernel). Prints medians (min-max) of the runs in us per call and
+the kernel's speed over each other side.
 
-On an AVX-512 host the kernel is not used (oneDNN packs bf16); to see an AVX2-only host's
+The kernel goes before oneDNN where it builds with AVX-512 BF16 (vdpbf16ps); on an AVX-512
+host without it, oneDNN packs bf16 and the kernel is not used. To see an AVX2-only host's
 sides, emulate one: STEPWISE_KERNELS_CFLAGS=-mno-avx512f (the kernel's AVX2 build),
 ONEDNN_MAX_CPU_ISA=AVX2 (oneDNN as there: no bf16 packing) and ATEN_CPU_CAPABILITY=avx2
-(torch's own loops as there). The script says whether the kernel would be used.
+(torch's own loops as there). The script says which loop the kernel has and whether the
+engine would use it.
 """
 
 from __future__ import annotations
@@ -59,8 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     emulated = {k: os.environ[k] for k in ("STEPWISE_KERNELS_CFLAGS", "ONEDNN_MAX_CPU_ISA",
                                           "ATEN_CPU_CAPABILITY") if k in os.environ}  # fmt: skip
     print(
-        f"threads {args.threads}; oneDNN packs bf16: {supports(torch.bfloat16)}; kernel vector "
-        f"path: {linear_bf16_cpu.has_vector_path()}; the engine uses the kernel: "
+        f"threads {args.threads}; oneDNN packs bf16: {supports(torch.bfloat16)}; kernel loop: "
+        f"{linear_bf16_cpu.KERNEL.simd()} (0 portable, 1 AVX2, 2 NEON, 3 AVX-512 BF16); "
+        f"the engine uses the kernel: "
         f"{bf16_kernel_applies()}; emulation: {emulated or 'none'}"
     )
     ops = torch.ops.mkldnn
@@ -71,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         w = torch.randn(n, k, generator=gen).to(torch.bfloat16)
         packed = linear_bf16_cpu.pack(w)
         wf = ops._reorder_linear_weight(w.float(), BATCH_HINT) if supports(torch.float32) else None
+        wb = ops._reorder_linear_weight(w, BATCH_HINT) if supports(torch.bfloat16) else None
         for m in rows:
             x = torch.randn(m, k, generator=gen).to(torch.bfloat16)
             xf = x.float()
@@ -78,6 +83,10 @@ def main(argv: list[str] | None = None) -> int:
                 "c-bf16": lambda x=x, p=packed, n=n: linear_bf16_cpu.linear(x, p, None, n),
                 "F.linear bf16": lambda x=x, w=w: F.linear(x, w),
             }
+            if wb is not None:
+                sides["oneDNN bf16"] = lambda x=x, w=wb: ops._linear_pointwise(
+                    x, w, None, "none", [], ""
+                )
             if wf is not None:
                 sides["oneDNN fp32"] = lambda x=xf, w=wf: ops._linear_pointwise(
                     x, w, None, "none", [], ""

@@ -87,3 +87,32 @@ def test_without_onednn_bf16_or_c_kernels_bf16_stays_on_f_linear(no_onednn_bf16,
     assert prepack_linears(model) == 0
     assert all(isinstance(m, nn.Linear) for m in model)
     assert torch.equal(model(x), ref)
+
+
+@pytest.mark.parametrize(
+    "loop, onednn_packs, applies",
+    [(0, False, False), (0, True, False), (1, False, True), (1, True, False), (2, False, True),
+     (3, True, True), (3, False, True)],
+)  # fmt: skip
+def test_which_bf16_path_each_kernel_loop_gets(monkeypatch, loop, onednn_packs, applies):
+    """The C bf16 kernel goes before oneDNN only with its vdpbf16ps loop (3); its AVX2 / NEON
+    loops (1, 2) only where oneDNN cannot pack bf16; the portable loop (0) never."""
+
+    class Kernel:
+        @staticmethod
+        def simd() -> int:
+            return loop
+
+    monkeypatch.setattr(linear_bf16_cpu, "KERNEL", Kernel)
+    monkeypatch.setattr(cpu_linear, "supports", lambda dtype: onednn_packs)
+    assert cpu_linear.bf16_kernel_applies() is applies
+
+
+def test_with_the_dot_loop_bf16_linears_take_the_c_kernel_though_onednn_packs():
+    if linear_bf16_cpu.KERNEL.simd() != cpu_linear.BF16_DOT_LOOP:
+        pytest.skip("the bf16 kernel has no AVX-512 BF16 loop on this CPU")
+    model, x = _bf16_model()
+    ref = model(x)
+    assert prepack_linears(model) == 2
+    assert all(isinstance(m, Bf16Linear) for m in model)
+    assert torch.allclose(model(x).float(), ref.float(), atol=0.05, rtol=2e-2)

@@ -2,7 +2,8 @@
 
 Row counts 1-13 and 100 reach every micro-kernel (1-6 rows, several panels at once and one at a
 time); column counts off the 16-wide panels check the padding; the AVX2 and portable builds,
-and bias. What both C linears share: test_linear_cpu.py.
+the AVX-512 BF16 one (vdpbf16ps, its own packed layout) where the CPU has it, and bias. What
+both C linears share: test_linear_cpu.py.
 """
 
 import platform
@@ -71,3 +72,28 @@ def test_other_isa_builds(tmp_path, monkeypatch, build):
     finally:
         cpu_build.load.cache_clear()
     assert_close(out, ref, BF16)
+
+
+def _cpu_has(flag: str) -> bool:
+    return flag in cpu_build._cpu_flags().split()
+
+
+@pytest.mark.skipif(not _cpu_has("avx512_bf16"), reason="no AVX-512 BF16 on this CPU")
+@pytest.mark.parametrize("k", [2, 7, 96, 577])
+def test_dot_loop_where_the_cpu_has_avx512_bf16(tmp_path, monkeypatch, k):
+    """The native build takes vdpbf16ps (loop 3) with its own layout, pairs of k and an odd K's
+    last k apart; it agrees with F.linear as the AVX2 build does, rows 1-13 through every
+    micro-kernel, bias and padding columns included."""
+    assert linear_bf16_cpu.KERNEL.simd() == 3
+    for rows in (1, 5, 6, 13):
+        x, w, b, ref = case(rows, 70, k, True, seed=k + rows)
+        assert_close(linear_bf16_cpu.linear(x, linear_bf16_cpu.pack(w), b, 70), ref, BF16)
+    monkeypatch.setenv("STEPWISE_KERNELS_DIR", str(tmp_path))
+    monkeypatch.setenv("STEPWISE_KERNELS_CFLAGS", "-mno-avx512f")
+    cpu_build.load.cache_clear()
+    try:
+        assert linear_bf16_cpu.KERNEL.simd() == 1
+        x, w, b, ref = case(13, 70, k, True, seed=k)
+        assert_close(linear_bf16_cpu.linear(x, linear_bf16_cpu.pack(w), b, 70), ref, BF16)
+    finally:
+        cpu_build.load.cache_clear()

@@ -32,6 +32,7 @@ if str(ROOT) not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(ROOT))
 
 from bench.engine_throughput import emit, git_commit  # noqa: E402
+from pipeline.kernels.cpu_build import cpu_flags  # noqa: E402
 
 # Build name -> extra C flags, and the CPU flag it needs (on top of the previous one's).
 # "avx2-loops" is what an AVX2 host ran before the AVX2 paths: the portable loops, vectorized
@@ -52,16 +53,6 @@ ATTENTION = [
     ("attention d128 bf16", 12, 2, 128, "bfloat16"),
 ]
 VOCAB = 49152
-
-
-def cpu_flags() -> set[str]:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
 
 
 def builds_here() -> list[str]:

@@ -1,14 +1,16 @@
 """A decode step with the decoder stack in one C call against the same step module by module.
 
     python bench/decoder_stack.py [--model r1-reasoner] [--batch 1,8,16] [--steps 64]
-        [--context 400] [--runs 5] [--threads 2]
+        [--context 400] [--runs 5] [--threads 2] [--dtype float32]
 
-One engine (fp32, prepacked as the engine runs it); sides, interleaved run by run: `fused`
-(`CausalLM.cpu_stack`: kernels/decoder_cpu.py, what the engine runs on CPU where it applies)
-and `modules` (the same model with the stack taken off: the layers' modules, as before). Each
-run of a side adds `batch` sequences of `context` prompt tokens, runs their prefill untimed,
-then times `steps` engine steps of all of them decoding (sampling included, greedy). Both
-sides generate the same tokens (checked). Prints medians (min-max) in ms a step and the ratio.
+One engine (fp32 unless --dtype says otherwise: bf16 fuses where the bf16 C linear serves,
+cpu_linear.bf16_kernel_applies; prepacked as the engine runs it); sides, interleaved run by
+run: `fused` (`CausalLM.cpu_stack`: kernels/decoder_cpu.py, what the engine runs on CPU where
+it applies) and `modules` (the same model with the stack taken off: the layers' modules, as
+before). Each run of a side adds `batch` sequences of `context` prompt tokens, runs their
+prefill untimed, then times `steps` engine steps of all of them decoding (sampling included,
+greedy). Both sides generate the same tokens (checked). Prints medians (min-max) in ms a step
+and the ratio.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--context", type=int, default=400, help="prompt tokens a sequence")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     ap.add_argument("--json-out", default=None)
     args = ap.parse_args(argv)
 
@@ -39,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     batches = [int(b) for b in args.batch.split(",")]
     engine = Engine(
         EngineConfig(
-            model=str(path), dtype="float32", num_threads=args.threads,
+            model=str(path), dtype=args.dtype, num_threads=args.threads,
             max_num_seqs=max(batches), max_num_batched_tokens=max(2048, args.context),
             max_model_len=args.context + args.steps + 8,
         )
@@ -47,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     model = engine.runner.model
     stack = model.cpu_stack
     if stack is None:
-        print("the stack does not fuse here (no C linear kernel for fp32): nothing to compare")
+        print(f"the stack does not fuse here (no C linear kernel for {args.dtype}): no sides")
         return 1
     vocab = engine.model_config.vocab_size
     gen = torch.Generator().manual_seed(0)
@@ -79,14 +82,15 @@ def main(argv: list[str] | None = None) -> int:
     prompts = {b: [prompt() for _ in range(b)] for b in batches}
     with open("/proc/loadavg") as f:
         load = f.read().split()[0]
-    print(f"{args.model}: threads {args.threads}, context {args.context}, steps {args.steps}, "
-          f"load before {load}")  # fmt: skip
+    print(f"{args.model} {args.dtype}: threads {args.threads}, context {args.context}, "
+          f"steps {args.steps}, load before {load}")  # fmt: skip
     for _ in range(args.runs):
         for b in batches:
             for side in ("fused", "modules"):
                 run(b, side)
     model.cpu_stack = stack
-    summary = {"bench": "decoder_stack", "model": args.model, "threads": args.threads,
+    summary = {"bench": "decoder_stack", "model": args.model, "dtype": args.dtype,
+               "threads": args.threads,
                "context": args.context, "steps": args.steps, "runs": args.runs,
                "batch": {}}  # fmt: skip
     head = ("batch", "fused ms", "modules ms", "modules / fused", "same tokens")

@@ -67,6 +67,12 @@ def _cpu_flags() -> str:
     return os.uname().machine
 
 
+def cpu_flags() -> set[str]:
+    """This CPU's feature flags as /proc/cpuinfo lists them (empty where it lists none)."""
+    line = _cpu_flags()
+    return set(line.split(":", 1)[1].split()) if line.startswith("flags") else set()
+
+
 def _build_key(name: str, cc: str) -> str:
     h = hashlib.sha256()
     for src in sorted(CSRC.iterdir()):  # every source: headers are shared between kernels

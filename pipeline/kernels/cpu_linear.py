@@ -17,7 +17,9 @@ read as bf16, summed in fp32 with AVX2 + FMA, or NEON on AArch64). With AVX-512 
 kernel multiplies with vdpbf16ps and goes before oneDNN: on an AMD EPYC (Zen 4, 2 threads) it
 ran SmolLM2's projections 1.05-1.96x as fast as oneDNN's packed bf16 from 1 to 32 rows and
 0.96-1.07x at 128 (bench/linear_bf16.py), and being C, the decoder stack's driver can call it
-(decoder_cpu.py).
+(decoder_cpu.py). Not where the CPU has AMX: oneDNN's tiles there do many times the
+multiply-adds a cycle of vdpbf16ps, which prefill's long chunks need (not measured against the
+kernel: no AMX host this time).
 `prepack_linears` picks, per dtype, the C kernel where it goes first, else oneDNN where it
 packs, else the bf16 kernel where it builds with its vector loop, else F.linear.
 """
@@ -31,7 +33,7 @@ from types import ModuleType
 import torch
 from torch import nn
 
-from pipeline.kernels import dispatch, linear_bf16_cpu, linear_f32_cpu
+from pipeline.kernels import cpu_build, dispatch, linear_bf16_cpu, linear_f32_cpu
 from pipeline.kernels.linear_cpu import CLinearKernel
 
 _OPS = torch.ops.mkldnn
@@ -132,14 +134,21 @@ def kernel_of(module: nn.Module) -> CLinearKernel | None:
 BF16_DOT_LOOP = 3
 
 
+def has_amx() -> bool:
+    """Whether this CPU has AMX tiles for bf16 (oneDNN uses them)."""
+    return "amx_bf16" in cpu_build.cpu_flags()
+
+
 def bf16_kernel_applies() -> bool:
     """Whether bf16 linears take the C kernel: STEPWISE_KERNELS leaves C kernels on, and the
-    kernel builds here with vdpbf16ps (AVX-512 BF16), or with another vector loop (AVX2 + FMA
-    or NEON) where oneDNN cannot pack bf16."""
+    kernel builds here with vdpbf16ps (AVX-512 BF16) on a CPU without AMX, or with any vector
+    loop (AVX2 + FMA, NEON) where oneDNN cannot pack bf16."""
     if dispatch.backend() != "auto":
         return False
     loop = linear_bf16_cpu.KERNEL.simd()
-    return loop == BF16_DOT_LOOP or (loop > 0 and not supports(torch.bfloat16))
+    if not supports(torch.bfloat16):
+        return loop > 0
+    return loop == BF16_DOT_LOOP and not has_amx()
 
 
 def f32_kernel_applies() -> bool:

@@ -90,13 +90,15 @@ def test_without_onednn_bf16_or_c_kernels_bf16_stays_on_f_linear(no_onednn_bf16,
 
 
 @pytest.mark.parametrize(
-    "loop, onednn_packs, applies",
-    [(0, False, False), (0, True, False), (1, False, True), (1, True, False), (2, False, True),
-     (3, True, True), (3, False, True)],
+    "loop, onednn_packs, amx, applies",
+    [(0, False, False, False), (0, True, False, False), (1, False, False, True),
+     (1, True, False, False), (2, False, False, True), (3, True, False, True),
+     (3, False, False, True), (3, True, True, False)],
 )  # fmt: skip
-def test_which_bf16_path_each_kernel_loop_gets(monkeypatch, loop, onednn_packs, applies):
-    """The C bf16 kernel goes before oneDNN only with its vdpbf16ps loop (3); its AVX2 / NEON
-    loops (1, 2) only where oneDNN cannot pack bf16; the portable loop (0) never."""
+def test_which_bf16_path_each_kernel_loop_gets(monkeypatch, loop, onednn_packs, amx, applies):
+    """The C bf16 kernel goes before oneDNN only with its vdpbf16ps loop (3) and no AMX (whose
+    tiles oneDNN uses); its AVX2 / NEON loops (1, 2) only where oneDNN cannot pack bf16; the
+    portable loop (0) never."""
 
     class Kernel:
         @staticmethod
@@ -105,12 +107,13 @@ def test_which_bf16_path_each_kernel_loop_gets(monkeypatch, loop, onednn_packs, 
 
     monkeypatch.setattr(linear_bf16_cpu, "KERNEL", Kernel)
     monkeypatch.setattr(cpu_linear, "supports", lambda dtype: onednn_packs)
+    monkeypatch.setattr(cpu_linear, "has_amx", lambda: amx)
     assert cpu_linear.bf16_kernel_applies() is applies
 
 
 def test_with_the_dot_loop_bf16_linears_take_the_c_kernel_though_onednn_packs():
-    if linear_bf16_cpu.KERNEL.simd() != cpu_linear.BF16_DOT_LOOP:
-        pytest.skip("the bf16 kernel has no AVX-512 BF16 loop on this CPU")
+    if linear_bf16_cpu.KERNEL.simd() != cpu_linear.BF16_DOT_LOOP or cpu_linear.has_amx():
+        pytest.skip("the bf16 kernel has no AVX-512 BF16 loop on this CPU, or it has AMX")
     model, x = _bf16_model()
     ref = model(x)
     assert prepack_linears(model) == 2

@@ -52,6 +52,7 @@ def test_odd_and_long_rows(k):
 
 # Builds an x86 host may pick by its flags, made here whatever this host would pick.
 X86_BUILDS = {
+    "avx512-without-bf16": ("-mno-avx512bf16", True),  # the AVX2 loop: oneDNN goes first there
     "avx2": ("-mno-avx512f", True),
     "portable": ("-mno-avx512f -mno-avx2 -mno-fma", False),
 }
@@ -74,11 +75,7 @@ def test_other_isa_builds(tmp_path, monkeypatch, build):
     assert_close(out, ref, BF16)
 
 
-def _cpu_has(flag: str) -> bool:
-    return flag in cpu_build._cpu_flags().split()
-
-
-@pytest.mark.skipif(not _cpu_has("avx512_bf16"), reason="no AVX-512 BF16 on this CPU")
+@pytest.mark.skipif("avx512_bf16" not in cpu_build.cpu_flags(), reason="no AVX-512 BF16 here")
 @pytest.mark.parametrize("k", [2, 7, 96, 577])
 def test_dot_loop_where_the_cpu_has_avx512_bf16(tmp_path, monkeypatch, k):
     """The native build takes vdpbf16ps (loop 3) with its own layout, pairs of k and an odd K's

@@ -9,8 +9,9 @@ portable loops gcc vectorizes for AVX2, which AVX2 hosts ran before their hand-w
 `-mno-avx2 -mno-fma` too for no vector ISA at all; a set this CPU lacks is skipped) and timed in
 a process of its own, the builds interleaved run by run, beside the torch reference on the same
 inputs. Cases: paged decode attention at SmolLM2's shapes (9 heads, 3 KV heads, head_dim 64) and
-at a Qwen2.5-style head (head_dim 128, 12 / 2 heads), fp32 and bf16; logits statistics over
-SmolLM2's vocabulary. Printed: the median time of each (ms, spread over runs) and each build's
+at a Qwen2.5-style head (head_dim 128, 12 / 2 heads), fp32 and bf16; logits statistics and
+sampling at T 0.7 (sample_cpu.c against the sampler's softmax, cumsum and search) over SmolLM2's
+vocabulary. Printed: the median time of each (ms, spread over runs) and each build's
 speed over the AVX2 loops' (`avx2-loops`) and over torch's. The last line printed is one JSON
 object.
 """
@@ -78,6 +79,8 @@ def child(batch: int, context: int, reps: int, with_torch: bool) -> dict[str, fl
     from pipeline.kernels.logits_stats_cpu import logits_stats_cpu
     from pipeline.kernels.paged_attention import paged_decode_attention_torch
     from pipeline.kernels.paged_attention_cpu import paged_decode_attention_cpu
+    from pipeline.kernels.sample import sample_torch
+    from pipeline.kernels.sample_cpu import sample_cpu
 
     g = torch.Generator().manual_seed(0)
     bs, out = 16, {}
@@ -97,6 +100,10 @@ def child(batch: int, context: int, reps: int, with_torch: bool) -> dict[str, fl
     out["logits_stats"] = median_ms(lambda: logits_stats_cpu(logits), reps)
     if with_torch:
         out["logits_stats torch"] = median_ms(lambda: logits_stats_torch(logits), reps)
+    temps, u = torch.full((batch,), 0.7), torch.rand(batch, generator=g)
+    out["sample"] = median_ms(lambda: sample_cpu(logits, temps, u), reps)
+    if with_torch:
+        out["sample torch"] = median_ms(lambda: sample_torch(logits, temps, u), reps)
     return out
 
 

@@ -14,6 +14,7 @@ import torch
 
 from pipeline.engine.sampling_params import SamplingParams
 from pipeline.kernels.logits_stats import logits_stats
+from pipeline.kernels.sample import sample
 
 _MASK64 = (1 << 64) - 1
 
@@ -59,13 +60,12 @@ class Sampler:
         s, v = logits.shape
         dev = logits.device
         temps = torch.tensor([p.temperature for p in params], device=dev)
-        u = torch.tensor(uniforms, dtype=torch.float32, device=dev)[:, None]
-        logits = logits / temps[:, None]
+        u = torch.tensor(uniforms, dtype=torch.float32, device=dev)
         filtered = any(p.top_k != -1 or p.top_p < 1.0 or p.min_p > 0.0 for p in params)
         if not filtered:
-            cdf = torch.softmax(logits, dim=-1).cumsum(-1)
-            pick = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).clamp_(max=v - 1)
-            return pick.squeeze(1)
+            return sample(logits, temps, u)
+        u = u[:, None]
+        logits = logits / temps[:, None]
         sorted_logits, order = logits.sort(dim=-1, descending=True)
         probs = torch.softmax(sorted_logits, dim=-1)
         rank = torch.arange(v, device=dev)[None, :]

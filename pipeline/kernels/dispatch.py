@@ -59,6 +59,18 @@ def use_cpu_kernel(t: torch.Tensor) -> bool:
     return backend() == "auto" and t.device.type == "cpu"
 
 
+def fp32_rows_on_cpu(t: torch.Tensor) -> bool:
+    """Whether `t` is what the C row kernels (logits statistics, sampling) take: [S, V] fp32
+    on CPU, V > 0, each row dense."""
+    return (
+        t.device.type == "cpu"
+        and t.dtype == torch.float32
+        and t.dim() == 2
+        and t.shape[1] > 0
+        and t.stride(1) == 1
+    )
+
+
 def triton_module(name: str) -> ModuleType:
     """`pipeline.kernels.<name>_triton`, imported on first use."""
     return importlib.import_module(f"pipeline.kernels.{name}_triton")

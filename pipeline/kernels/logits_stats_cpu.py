@@ -8,21 +8,14 @@ import ctypes
 import torch
 
 from pipeline.kernels import cpu_build
-from pipeline.kernels.dispatch import check, check_contiguous_last
+from pipeline.kernels.dispatch import check, check_contiguous_last, fp32_rows_on_cpu
 
 LIBRARY = "logits_stats_cpu"
 KERNEL = "logits_stats_cpu"
 
 
 def is_supported(logits: torch.Tensor) -> bool:
-    return (
-        logits.device.type == "cpu"
-        and logits.dtype == torch.float32
-        and logits.dim() == 2
-        and logits.shape[1] > 0
-        and logits.stride(1) == 1
-        and cpu_build.is_built(LIBRARY)
-    )
+    return fp32_rows_on_cpu(logits) and cpu_build.is_built(LIBRARY)
 
 
 def logits_stats_cpu(logits: torch.Tensor) -> tuple[torch.Tensor, ...]:

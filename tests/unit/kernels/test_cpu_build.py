@@ -19,10 +19,10 @@ PROBE = """
 import sys
 import torch  # noqa: F401  (first, as in the engine: its libgomp)
 from pipeline.kernels import cpu_build, elementwise_cpu, kv_copy_cpu, logits_stats_cpu
-from pipeline.kernels import paged_attention_cpu
+from pipeline.kernels import paged_attention_cpu, sample_cpu
 tiny = sys.float_info.min / 2  # a subnormal
 assert tiny > 0.0, "subnormals flushed before loading"
-for mod in (elementwise_cpu, kv_copy_cpu, logits_stats_cpu, paged_attention_cpu):
+for mod in (elementwise_cpu, kv_copy_cpu, logits_stats_cpu, paged_attention_cpu, sample_cpu):
     assert cpu_build.load(mod.LIBRARY) is not None, mod.LIBRARY
 assert tiny > 0.0 and tiny * 0.5 > 0.0, "a kernel library turned on flush-to-zero"
 print("ok")
@@ -38,4 +38,4 @@ def test_loading_the_kernels_keeps_subnormals(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok"
-    assert len(list(tmp_path.glob("*.so"))) == 4
+    assert len(list(tmp_path.glob("*.so"))) == 5

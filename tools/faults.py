@@ -12,7 +12,10 @@ the topic per job id. The matrix (`FAULTS`):
 * `broker_pause`: the broker SIGSTOPped for 10 s, then SIGCONT: every connection hangs, as
   behind a dead switch, and every consumer group's session expires meanwhile;
 * `verify_killed` / `verify_replaced`: every Celery process SIGKILLed; no replacement (verdict
-  timeouts must keep jobs moving), or a replacement started at once;
+  timeouts must keep jobs moving), or a replacement started at once. With no replacement the
+  pool dies before the jobs are sent (`BEFORE_JOBS`): decode settles the plain arithmetic
+  claims itself, and on a fast host a batch had written its last Celery-bound step before a
+  kill once decode was stepping could land, so no step was left to wait;
 * `decode_lost`: the decode worker and its engine core SIGKILLed together (a host lost with
   handoffs in flight) and a replacement started: it imports the KV from prefill's pool while
   the leases last, else prefills again.
@@ -161,6 +164,8 @@ FAULTS: dict[str, Fault] = {
     "verify_replaced": lambda stack: kill_verify(stack, replace=True),
     "decode_lost": lose_decode,
 }
+# Faults injected before the first job is sent rather than once decode is stepping.
+BEFORE_JOBS = frozenset({"verify_killed"})
 
 
 # -- one case -----------------------------------------------------------------------------
@@ -243,14 +248,18 @@ async def run_case(
 ) -> FaultRun:
     """Send `jobs` (`stagger_s` apart: handoffs keep arriving while decode runs), inject
     `fault` once all are sent and `after_steps` step events came (every job in flight, the
-    last handoffs arriving), follow every job to its Result or `deadline_s`, then count the
-    Results on the topic. Never raises for a job that got no Result: it is reported lost."""
+    last handoffs arriving; a fault in `BEFORE_JOBS` before the first is sent), follow every
+    job to its Result or `deadline_s`, then count the Results on the topic. Never raises for a
+    job that got no Result: it is reported lost."""
     run = FaultRun(fault, [j.id for j in jobs])
     inject = FAULTS[fault]
     injecting: asyncio.Task | None = None
     steps = 0
     async with StepwiseClient(stack.kafka, stack.topics.prefix) as client:
         t0 = time.monotonic()
+        if fault in BEFORE_JOBS:
+            await inject(stack)
+            run.injected_at_s = 0.0
         sent: dict[str, float] = {}
 
         async def submit() -> None:
@@ -266,7 +275,7 @@ async def run_case(
                     steps += 1
                 if isinstance(msg, schema.Event) and msg.kind == "verdict":
                     run.verdict_timeouts += "timeout" in (msg.detail or "")
-                if injecting is None and steps >= after_steps and submitting.done():
+                if run.injected_at_s is None and steps >= after_steps and submitting.done():
                     run.injected_at_s = time.monotonic() - t0
                     injecting = asyncio.create_task(inject(stack))
                 if isinstance(msg, schema.Result) and msg.id not in run.statuses:

@@ -3,8 +3,8 @@
 A `FaultStack` is a stack of its own: an embedded broker and Redis on free ports, its own topics,
 and real worker processes (ingest, prefill, decode, a Celery verify worker). `run_case` sends a
 batch of jobs, injects one fault once decode is stepping (handoffs, KV imports and checks in
-flight), follows every job to its Result or its deadline, then counts every Result record on
-the topic per job id. The matrix (`FAULTS`):
+flight, jobs still being sent), follows every job to its Result or its deadline, then counts
+every Result record on the topic per job id. The matrix (`FAULTS`):
 
 * `redis_restart`: redis-server SIGKILLed and started again on its port, empty (the embedded
   Redis keeps nothing on disk: job-state markers, KV acks, the Celery queue, verdict streams
@@ -247,10 +247,12 @@ async def run_case(
     stagger_s: float = 0.05,
 ) -> FaultRun:
     """Send `jobs` (`stagger_s` apart: handoffs keep arriving while decode runs), inject
-    `fault` once all are sent and `after_steps` step events came (every job in flight, the
-    last handoffs arriving; a fault in `BEFORE_JOBS` before the first is sent), follow every
-    job to its Result or `deadline_s`, then count the Results on the topic. Never raises for a
-    job that got no Result: it is reported lost."""
+    `fault` once `after_steps` step events came (decode stepping, the later jobs still being
+    sent: on a fast host the first jobs finished before the last was sent, and a fault that
+    waited for every send could come after the last Result, or never; a fault in
+    `BEFORE_JOBS` before the first is sent), follow every job to its Result or `deadline_s`,
+    then count the Results on the topic. Never raises for a job that got no Result: it is
+    reported lost."""
     run = FaultRun(fault, [j.id for j in jobs])
     inject = FAULTS[fault]
     injecting: asyncio.Task | None = None
@@ -275,7 +277,7 @@ async def run_case(
                     steps += 1
                 if isinstance(msg, schema.Event) and msg.kind == "verdict":
                     run.verdict_timeouts += "timeout" in (msg.detail or "")
-                if run.injected_at_s is None and steps >= after_steps and submitting.done():
+                if run.injected_at_s is None and steps >= after_steps:
                     run.injected_at_s = time.monotonic() - t0
                     injecting = asyncio.create_task(inject(stack))
                 if isinstance(msg, schema.Result) and msg.id not in run.statuses:

@@ -5,10 +5,10 @@ One stack for the module (tools/faults.py's FaultStack): its own embedded broker
 Redis on free ports (never the session's, which other tests share: these faults would hit
 them), real worker processes (ingest, prefill, decode, a Celery verify worker), 16 jobs per
 case, verified asynchronously so Redis and Celery are on every job's path. Each case injects
-its fault once every job is sent and decode is stepping (a verify pool killed with no
-replacement: before the first job, tools/faults.py's BEFORE_JOBS), then counts every Result
-record on the topic per job id. A case's stages are healed (a stage left without a process gets one)
-before the next. What each fault does: docs/pipeline.md, "Faults".
+its fault once decode is stepping, while later jobs are still being sent (a verify pool killed
+with no replacement: before the first job, tools/faults.py's BEFORE_JOBS), then counts every
+Result record on the topic per job id. A case's stages are healed (a stage left without a
+process gets one) before the next. What each fault does: docs/pipeline.md, "Faults".
 """
 
 from __future__ import annotations

@@ -67,10 +67,12 @@ def _cpu_flags() -> str:
     return os.uname().machine
 
 
-def cpu_flags() -> set[str]:
-    """This CPU's feature flags as /proc/cpuinfo lists them (empty where it lists none)."""
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """This CPU's feature flags as /proc/cpuinfo lists them (empty where it lists none); read
+    once: prepacking asks per linear (cpu_linear.has_amx)."""
     line = _cpu_flags()
-    return set(line.split(":", 1)[1].split()) if line.startswith("flags") else set()
+    return frozenset(line.split(":", 1)[1].split()) if line.startswith("flags") else frozenset()
 
 
 def _build_key(name: str, cc: str) -> str:
